@@ -1,0 +1,45 @@
+"""The temporal core: time, events, advance-time settings, errors; Spark operators underneath."""
+
+from engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
+from engine.events import (
+    EdgeType,
+    Event,
+    EventKind,
+    EventShape,
+    cti,
+    edge_end,
+    edge_start,
+    interval,
+    point,
+)
+from engine.settings import (
+    AdapterAdvanceTimeSettings,
+    AdvanceTimeGenerationSettings,
+    AdvanceTimeImportSettings,
+    AdvanceTimePolicy,
+    AdvanceTimeSettings,
+)
+from engine.temporal import MAX_TIME, MIN_TIME, TICK
+
+__all__ = [
+    "MAX_TIME",
+    "MIN_TIME",
+    "TICK",
+    "AdapterAdvanceTimeSettings",
+    "AdvanceTimeGenerationSettings",
+    "AdvanceTimeImportSettings",
+    "AdvanceTimePolicy",
+    "AdvanceTimeSettings",
+    "CtiViolationError",
+    "EdgeType",
+    "Event",
+    "EventKind",
+    "EventShape",
+    "MalformedRecordError",
+    "QueryBuildError",
+    "cti",
+    "edge_end",
+    "edge_start",
+    "interval",
+    "point",
+]

@@ -1,0 +1,42 @@
+"""The one place that talks to Spark's session API (camelCase stays in here)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+
+__all__ = ["default_session", "parse_schema"]
+
+
+def default_session(app_name: str, master: str | None = None) -> SparkSession:
+    """An existing active session, or a new local one tuned for small epochs.
+
+    ``master`` defaults to ``$CTISTREAM_MASTER`` or ``local[*]``. Executors use this Python.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master or os.environ.get("CTISTREAM_MASTER", "local[*]"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", os.environ.get("CTISTREAM_SHUFFLE_PARTITIONS", "2"))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+    )
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("CTISTREAM_SPARK_LOG_LEVEL", "ERROR"))
+    return session
+
+
+def parse_schema(ddl: str) -> StructType:
+    """Parse a Spark DDL column list (needs an active session)."""
+    if not ddl.strip():
+        return StructType([])
+    return StructType.fromDDL(ddl)

@@ -1,0 +1,43 @@
+"""Errors the engine raises. Each message says what, where, expected, got, and how to fix."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CtiViolationError",
+    "EngineError",
+    "MalformedRecordError",
+    "QueryBuildError",
+]
+
+
+class EngineError(Exception):
+    """Base of the engine's own errors."""
+
+
+class QueryBuildError(EngineError, ValueError):
+    """A query cannot be built as bound: unknown stream, unsupported shape, import cycle, ..."""
+
+
+class MalformedRecordError(EngineError, ValueError):
+    """A source record cannot be read as an event; the message names the source and position."""
+
+
+class CtiViolationError(EngineError):
+    """An event broke the CTI in force on an input that has no violation policy.
+
+    Everything that arrived before the event was processed and delivered; the offending event's
+    position is not committed, so a restart reads it again.
+    """
+
+    def __init__(self, input_name: str, partition: str, offset: int, event: str, cti: str) -> None:
+        self.input_name = input_name
+        self.partition = partition
+        self.offset = offset
+        super().__init__(
+            f"CTI violation on input {input_name!r} (partition {partition!r}, offset {offset}): "
+            f"{event} breaks the CTI at {cti}; expected start (or, for an END edge, end) "
+            ">= the CTI. "
+            "The input has only explicit CTIs and no violation policy. Fix: give the binding "
+            "AdvanceTimeSettings(..., policy=AdvanceTimePolicy.DROP or ADJUST), or make the source "
+            "respect its CTIs. Everything before this event was delivered."
+        )

@@ -1,0 +1,397 @@
+"""Ingress: explicit, generated and imported CTIs, violation policies, partitions (semantics §3).
+
+One epoch of one input is one Spark plan: the input's items of the epoch, plus the imported CTIs
+and the stop flush broadcast to every partition, are ordered by arrival position within each source
+partition, and window functions compute what the spec describes item by item:
+
+* ``cnt``/``ms``: running count and running max start of the *counted* events (points, intervals,
+  START edges, with their original start, dropped or not), so generation needs no loop;
+* a generation candidate ``ms - delay`` after the N-th counted event, or after a counted event
+  that moves ``floor(ms / T)`` forward;
+* ``cb``: the partition's effective CTI before each item = running max of every CTI value seen
+  (explicit, generated, imported, flush) and ``ca`` the same after it;
+* the violation check and DROP / ADJUST against ``cb``;
+* END edges matched to their START edges (FIFO per original start and payload);
+* the input's CTI = min over partitions (:func:`engine.rows.min_of_latest`).
+
+Per-partition state (count, max start, period, CTI) is carried between epochs on the driver: a
+handful of numbers per partition. Open START edges are carried as a DataFrame.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+from engine.errors import CtiViolationError, MalformedRecordError
+from engine.events import EdgeType, Event, EventKind
+from engine.rows import (
+    CTI,
+    EDGE,
+    END,
+    KIND,
+    POS,
+    START,
+    EpochCache,
+    Flow,
+    min_of_latest,
+    pos_literal,
+    saturating_sub,
+)
+from engine.settings import AdvanceTimePolicy, AdvanceTimeSettings
+from engine.temporal import MAX_TIME, MIN_TIME, format_ticks
+
+__all__ = ["IngressState", "InputSpec", "PartitionState", "ingress_epoch"]
+
+_P = "__p"  # the source partition whose sequence a row belongs to
+_SRC = "__src"  # for broadcast rows: "import" or "flush"
+
+_STATE_SCHEMA = StructType(
+    [
+        StructField(_P, IntegerType(), False),
+        StructField("__s_cnt", LongType(), False),
+        StructField("__s_ms", LongType(), True),
+        StructField("__s_per", LongType(), True),
+        StructField("__s_cti", LongType(), False),
+    ]
+)
+
+
+@dataclass
+class InputSpec:
+    """An input as the runtime sees it (driver only)."""
+
+    name: str
+    index: int
+    partitions: list[str]
+    settings: AdvanceTimeSettings | None
+    payload: list[str]
+    edges: bool = False
+
+    @property
+    def flush_on_stop(self) -> bool:
+        gen = self.settings.generation if self.settings else None
+        return bool(gen and gen.flush_on_stop)
+
+
+@dataclass
+class PartitionState:
+    """What one source partition carries from one epoch to the next."""
+
+    count: int = 0
+    max_start: int | None = None
+    period: int | None = None
+    cti: int = MIN_TIME
+
+
+@dataclass
+class IngressState:
+    """What one input carries from one epoch to the next."""
+
+    partitions: list[PartitionState]
+    emitted: int = MIN_TIME
+    open_edges: DataFrame | None = None
+    counts: Counter = field(default_factory=Counter)
+
+
+class _StopEpoch(Exception):
+    """An input found bad input in this epoch: the runtime re-runs the epoch up to ``pos`` and
+    then raises ``error``, so nothing before the bad item is lost."""
+
+    def __init__(self, pos: tuple, error: Exception) -> None:
+        super().__init__(str(error))
+        self.pos = pos
+        self.error = error
+
+
+def _floor_div(col: str, t: int) -> F.Column:
+    return F.expr(f"(`{col}` - pmod(`{col}`, {t})) div {t}")
+
+
+def ingress_epoch(
+    spark: SparkSession,
+    spec: InputSpec,
+    raw: DataFrame,
+    imports: DataFrame | None,
+    flush_at_stop: bool,
+    state: IngressState,
+    cache: EpochCache,
+) -> tuple[Flow, IngressState]:
+    """Run one epoch of ``spec``'s ingress.
+
+    ``raw``: the input's items of this epoch (``__kind`` INSERT / CTI / EOI, ``__edge``,
+    ``__start``, ``__end``, ``__pos``, ``__part``, payload). ``imports``: CTIs of the imported input
+    in this epoch (``__pos``, ``__c``). ``flush_at_stop``: the query stops after this epoch and the
+    input flushes on stop. Returns the input's events and CTIs and the state after the epoch.
+    """
+    settings = spec.settings
+    gen = settings.generation if settings else None
+    policy = settings.policy if settings else None
+    payload = spec.payload
+    n_parts = len(spec.partitions)
+
+    own = raw.select(
+        KIND,
+        EDGE,
+        START,
+        END,
+        POS,
+        F.col("__part").alias(_P),
+        F.lit(None).cast("string").alias(_SRC),
+        *payload,
+    )
+    broadcast: list[DataFrame] = []
+    if imports is not None:
+        broadcast.append(
+            imports.select(
+                F.lit("BCAST").alias(KIND),
+                F.col(CTI).alias(START),
+                POS,
+                F.lit("import").alias(_SRC),
+            )
+        )
+    if flush_at_stop:
+        broadcast.append(
+            spark.range(1).select(
+                F.lit("BCAST").alias(KIND),
+                F.lit(MAX_TIME).alias(START),
+                _stop_pos(spec.index),
+                F.lit("flush").alias(_SRC),
+            )
+        )
+    parts = spark.createDataFrame([(p,) for p in range(n_parts)], f"{_P} int")
+    seq = own
+    for b in broadcast:
+        seq = seq.unionByName(b.crossJoin(parts), allowMissingColumns=True)
+
+    st = spark.createDataFrame(
+        [(p, s.count, s.max_start, s.period, s.cti) for p, s in enumerate(state.partitions)],
+        _STATE_SCHEMA,
+    )
+    seq = seq.join(F.broadcast(st), _P)
+
+    w = Window.partitionBy(_P).orderBy(POS)
+    upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    kind, edge = F.col(KIND), F.col(EDGE)
+    insert = kind == "INSERT"
+    is_end = insert & (edge == "END")
+    counted = insert & ~is_end.eqNullSafe(True)
+
+    a = seq.withColumn("__counted", counted)
+    contrib = F.when(kind == "CTI", F.col(START)).when(kind == "BCAST", F.col(START))
+    if spec.flush_on_stop:
+        contrib = contrib.when(kind == "EOI", F.lit(MAX_TIME))
+    if gen is not None:
+        a = a.withColumn(
+            "__cnt", F.col("__s_cnt") + F.sum(F.col("__counted").cast("long")).over(upto)
+        ).withColumn(
+            "__ms",
+            F.greatest(F.col("__s_ms"), F.max(F.when(F.col("__counted"), F.col(START))).over(upto)),
+        )
+        if gen.by_count:
+            is_gen = F.col("__counted") & (F.col("__cnt") % F.lit(gen.frequency_ticks) == 0)
+            a = a.withColumn("__per", F.lit(None).cast("long"))
+        else:
+            a = a.withColumn("__per", _floor_div("__ms", gen.frequency_ticks))
+            prev = F.coalesce(F.lag("__per").over(w), F.col("__s_per"))
+            is_gen = F.col("__counted") & prev.isNotNull() & (F.col("__per") > prev)
+        a = a.withColumn("__gen", is_gen)
+        contrib = contrib.when(F.col("__gen"), saturating_sub(F.col("__ms"), gen.delay_ticks))
+    else:
+        a = (
+            a.withColumn("__cnt", F.col("__s_cnt"))
+            .withColumn("__ms", F.col("__s_ms"))
+            .withColumn("__per", F.col("__s_per"))
+            .withColumn("__gen", F.lit(False))
+        )
+    a = a.withColumn("__contrib", contrib)
+    a = a.withColumn("__cb", F.greatest(F.col("__s_cti"), F.max("__contrib").over(before)))
+    a = a.withColumn("__ca", F.greatest(F.col("__cb"), F.col("__contrib")))
+
+    cb = F.col("__cb")
+    viol = insert & F.when(edge.eqNullSafe("END"), F.col(END) < cb).otherwise(F.col(START) < cb)
+    a = a.withColumn("__viol", viol)
+    if policy is AdvanceTimePolicy.ADJUST:
+        adj = F.col("__viol") & ~edge.eqNullSafe("END") & (F.col(END) > cb)
+    else:
+        adj = F.lit(False)
+    a = a.withColumn("__adj", adj).withColumn("__drop", F.col("__viol") & ~F.col("__adj"))
+    a = cache.keep(a)
+
+    new_state, first_violation = _collect_state(a, spec, state)
+    if policy is None and first_violation is not None:
+        raise _StopEpoch(first_violation, _violation_error(a, spec, first_violation))
+
+    adjusted_start = F.when(F.col("__adj"), cb).otherwise(F.col(START))
+    events = a.filter(insert & ~F.col("__drop") & ~edge.eqNullSafe("END")).select(
+        KIND, EDGE, adjusted_start.alias(START), END, POS, *payload
+    )
+    if spec.edges:
+        closed, new_state.open_edges, dropped_ends = _match_edges(a, spec, state.open_edges, cache)
+        new_state.counts["dropped"] += dropped_ends
+        events = events.unionByName(closed)
+    change = a.filter(F.col("__ca") > F.col("__cb")).select(
+        F.col(_P), POS, F.col("__ca").alias(CTI)
+    )
+    ctis = cache.keep(min_of_latest(change, _P, [s.cti for s in state.partitions], state.emitted))
+    new_state.emitted = max(state.emitted, min(s.cti for s in new_state.partitions))
+    return Flow(events, ctis), new_state
+
+
+def _stop_pos(index: int) -> F.Column:
+    return pos_literal(MAX_TIME, index, MAX_TIME).alias(POS)
+
+
+def _collect_state(
+    a: DataFrame, spec: InputSpec, state: IngressState
+) -> tuple[IngressState, tuple | None]:
+    """One small job: per partition, the state after the epoch and the epoch's counts."""
+    c = F.col
+    insert = c(KIND) == "INSERT"
+
+    def n(cond: F.Column) -> F.Column:
+        return F.sum(F.when(cond, 1).otherwise(0))
+
+    gen_cti = c("__gen") & (c("__ca") > c("__cb"))
+    rows = (
+        a.groupBy(_P)
+        .agg(
+            F.max("__cnt").alias("cnt"),
+            F.max("__ms").alias("ms"),
+            F.max("__per").alias("per"),
+            F.max("__ca").alias("cti"),
+            n(insert).alias("events_in"),
+            n(c(KIND) == "CTI").alias("ctis_explicit"),
+            n((c(KIND) == "CTI") & (c(START) <= c("__cb"))).alias("ctis_ignored"),
+            n(gen_cti).alias("ctis_generated"),
+            n((c(KIND) == "BCAST") & (c(_SRC) == "import") & (c(_P) == 0)).alias("ctis_imported"),
+            n(c("__drop")).alias("dropped"),
+            n(c("__adj")).alias("adjusted"),
+            F.min(F.when(c("__viol"), c(POS))).alias("first_violation"),
+        )
+        .collect()
+    )
+    parts = [PartitionState(s.count, s.max_start, s.period, s.cti) for s in state.partitions]
+    counts = Counter(state.counts)
+    first: tuple | None = None
+    for r in rows:
+        s = parts[r[_P]]
+        if r["cnt"] is not None:
+            s.count = r["cnt"]
+        if r["ms"] is not None:
+            s.max_start = r["ms"]
+        if r["per"] is not None:
+            s.period = r["per"]
+        s.cti = max(s.cti, r["cti"])
+        for k in (
+            "events_in",
+            "ctis_explicit",
+            "ctis_ignored",
+            "ctis_generated",
+            "ctis_imported",
+            "dropped",
+            "adjusted",
+        ):
+            counts[k] += r[k]
+        v = r["first_violation"]
+        if v is not None and (first is None or tuple(v) < first):
+            first = tuple(v)
+    return IngressState(parts, state.emitted, state.open_edges, counts), first
+
+
+def _row_event(r, payload: list[str]) -> Event:
+    edge = EdgeType(r[EDGE]) if r[EDGE] else None
+    return Event(EventKind.INSERT, r[START], r[END], {k: r[k] for k in payload}, edge)
+
+
+def _violation_error(a: DataFrame, spec: InputSpec, pos: tuple) -> CtiViolationError:
+    r = a.filter(F.col(POS) == pos_literal(*pos)).first()
+    event = _row_event(r, spec.payload)
+    return CtiViolationError(
+        spec.name, spec.partitions[r[_P]], r[POS]["off"], event.describe(), format_ticks(r["__cb"])
+    )
+
+
+def _match_edges(
+    a: DataFrame, spec: InputSpec, open_edges: DataFrame | None, cache: EpochCache
+) -> tuple[DataFrame, DataFrame, int]:
+    """Close END edges on their START edges: per partition, original start and payload, FIFO.
+
+    Returns the closed END edge rows (start = the START edge's adjusted start), the START edges
+    still open, and how many END edges were dropped because their START edge was dropped.
+    """
+    payload = spec.payload
+    key = [_P, "__os", *payload]
+    starts = a.filter((F.col(KIND) == "INSERT") & (F.col(EDGE) == "START")).select(
+        _P,
+        F.col(START).alias("__os"),
+        F.when(F.col("__adj"), F.col("__cb")).otherwise(F.col(START)).alias("__as"),
+        F.col("__drop").alias("__sdrop"),
+        F.col(POS).alias("__spos"),
+        *payload,
+    )
+    if open_edges is not None:
+        starts = open_edges.unionByName(starts)
+    ends = a.filter((F.col(KIND) == "INSERT") & (F.col(EDGE) == "END") & ~F.col("__viol")).select(
+        _P, F.col(START).alias("__os"), END, POS, *payload
+    )
+
+    starts = starts.withColumn(
+        "__r", F.row_number().over(Window.partitionBy(*key).orderBy("__spos"))
+    )
+    ends = ends.withColumn("__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS)))
+    s, e = starts.alias("s"), ends.alias("e")
+    on = [F.col(f"e.{k}").eqNullSafe(F.col(f"s.{k}")) for k in [*key, "__r"]]
+    j = e.join(s, on, "left")
+    bad = (
+        j.filter(F.col("s.__spos").isNull() | (F.col("s.__spos") > F.col(f"e.{POS}")))
+        .select(
+            F.col(f"e.{POS}").alias(POS),
+            F.col(f"e.{_P}").alias(_P),
+            *[F.col(f"e.{k}").alias(k) for k in ["__os", END, *payload]],
+        )
+        .orderBy(POS)
+        .first()
+    )
+    if bad is not None:
+        event = Event(
+            EventKind.INSERT, bad["__os"], bad[END], {k: bad[k] for k in payload}, EdgeType.END
+        )
+        raise _StopEpoch(
+            tuple(bad[POS]),
+            MalformedRecordError(
+                f"input {spec.name!r}, partition {spec.partitions[bad[_P]]!r}, offset "
+                f"{bad[POS]['off']}: {event!r} closes no open START edge; expected a START edge "
+                "with the same start and payload earlier in the same partition. Fix: send the "
+                "START edge first, or send this event as an interval"
+            ),
+        )
+    matched = j.select(
+        F.lit("INSERT").alias(KIND),
+        F.lit("END").alias(EDGE),
+        F.col("s.__as").alias(START),
+        F.col(f"e.{END}").alias(END),
+        F.col(f"e.{POS}").alias(POS),
+        F.col("s.__sdrop").alias("__sdrop"),
+        *[F.col(f"e.{k}").alias(k) for k in payload],
+    )
+    cache.keep(matched)
+    dropped = matched.filter(F.col("__sdrop")).count()
+    closed = matched.filter(~F.col("__sdrop")).drop("__sdrop")
+    used = j.select(*[F.col(f"s.{k}").alias(k) for k in [*key, "__r"]])
+    still_open = (
+        starts.alias("s")
+        .join(
+            used.alias("u"),
+            [F.col(f"s.{k}").eqNullSafe(F.col(f"u.{k}")) for k in [*key, "__r"]],
+            "left_anti",
+        )
+        .drop("__r")
+        .localCheckpoint()
+    )
+    return closed, still_open, dropped

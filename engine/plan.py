@@ -1,0 +1,79 @@
+"""The logical plan a :class:`bindings.Stream` builds: plain values, no Spark work."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column
+
+from engine.events import EventShape
+from engine.settings import AdvanceTimeSettings
+
+__all__ = ["InputNode", "Node", "SelectNode", "UnionNode", "WhereNode", "walk"]
+
+_creation = itertools.count()
+
+
+@dataclass(eq=False)
+class Node:
+    """Base of plan nodes; identity matters (a node used twice is evaluated once per epoch)."""
+
+    def children(self) -> Sequence[Node]:
+        return ()
+
+
+@dataclass(eq=False)
+class InputNode(Node):
+    """A bound input. ``order`` is the binding order (creation order of the binding)."""
+
+    name: str
+    factory: Any
+    config: Any
+    shape: EventShape
+    settings: AdvanceTimeSettings | None = None
+    schema: str | None = None
+    order: int = field(default_factory=lambda: next(_creation))
+
+
+@dataclass(eq=False)
+class WhereNode(Node):
+    child: Node
+    condition: Column
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
+
+
+@dataclass(eq=False)
+class SelectNode(Node):
+    child: Node
+    columns: tuple[Column | str, ...]
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
+
+
+@dataclass(eq=False)
+class UnionNode(Node):
+    inputs: tuple[Node, ...]
+
+    def children(self) -> Sequence[Node]:
+        return self.inputs
+
+
+def walk(root: Node) -> Iterator[Node]:
+    """Every node reachable from ``root`` once, children before parents."""
+    seen: set[int] = set()
+
+    def visit(node: Node) -> Iterator[Node]:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        for child in node.children():
+            yield from visit(child)
+        yield node
+
+    yield from visit(root)

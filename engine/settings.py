@@ -1,0 +1,218 @@
+"""Advance-time settings: how an input gets its CTIs (semantics §3).
+
+Frozen, validated pydantic models. As in StreamInsight they can be built positionally::
+
+    AdvanceTimeGenerationSettings(10, timedelta(seconds=5), True)
+    AdvanceTimeSettings(None, AdvanceTimeImportSettings("dataStream"), AdvanceTimePolicy.ADJUST)
+
+Durations are ``timedelta`` or ``int`` ticks (1 tick = 1 µs); an ``int`` is never read as seconds.
+The code that applies the settings lives in :mod:`engine.ingress`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator, model_validator
+
+from engine.temporal import TICK, to_duration_ticks
+
+__all__ = [
+    "AdapterAdvanceTimeSettings",
+    "AdvanceTimeGenerationSettings",
+    "AdvanceTimeImportSettings",
+    "AdvanceTimePolicy",
+    "AdvanceTimeSettings",
+]
+
+
+class AdvanceTimePolicy(StrEnum):
+    """What happens to an event that breaks the CTI in force when it arrives."""
+
+    #: The event is dropped.
+    DROP = "DROP"
+    #: An event overlapping the CTI gets ``start = CTI``; one entirely before it is dropped.
+    ADJUST = "ADJUST"
+
+
+def _ticks_to_timedelta(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"must be a timedelta or int ticks, got bool {value!r}")
+    if isinstance(value, int):
+        return timedelta(microseconds=value)
+    return value
+
+
+_Duration = Annotated[timedelta, BeforeValidator(_ticks_to_timedelta)]
+_FROZEN = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=False)
+
+
+class AdvanceTimeGenerationSettings(BaseModel):
+    """Generate CTIs from the events of an input.
+
+    ``frequency``: an ``int`` N makes a CTI after every N-th counted event; a ``timedelta`` T makes
+    one whenever the largest start seen moves into a later period of length T (application time,
+    never wall-clock time). Counted events are points, intervals and START edges, never END edges.
+    ``delay``: the CTI is ``largest start seen - delay``; zero and negative delays are allowed
+    (``-TICK`` commits each point event at once). ``flush_on_stop``: a CTI at ``+inf`` follows the
+    last event when the input ends or the query stops.
+    """
+
+    model_config = _FROZEN
+
+    frequency: int | timedelta
+    delay: _Duration = timedelta(0)
+    flush_on_stop: bool = False
+
+    def __init__(
+        self,
+        frequency: int | timedelta | None = None,
+        delay: timedelta | int = timedelta(0),
+        flush_on_stop: bool = False,
+        /,
+        **kwargs: Any,
+    ) -> None:
+        if frequency is not None:
+            kwargs["frequency"] = frequency
+        kwargs.setdefault("delay", delay)
+        kwargs.setdefault("flush_on_stop", flush_on_stop)
+        super().__init__(**kwargs)
+
+    @field_validator("frequency", mode="before")
+    @classmethod
+    def _check_frequency(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | timedelta):
+            raise ValueError(
+                f"frequency must be an event count (int >= 1) or a positive timedelta; got "
+                f"{value!r}. Fix: AdvanceTimeGenerationSettings(10) or "
+                "AdvanceTimeGenerationSettings(timedelta(seconds=1))"
+            )
+        if isinstance(value, int) and value < 1:
+            raise ValueError(
+                f"frequency as an event count must be >= 1; got {value}. "
+                "Fix: use 1 for a CTI after every event"
+            )
+        if isinstance(value, timedelta) and value < TICK:
+            raise ValueError(
+                f"frequency as a time span must be at least 1 tick (1 µs); got {value!r}. "
+                "Fix: pass a positive timedelta"
+            )
+        return value
+
+    @property
+    def by_count(self) -> bool:
+        """True when the frequency is an event count."""
+        return isinstance(self.frequency, int)
+
+    @property
+    def frequency_ticks(self) -> int:
+        """The frequency as an event count or, for a time span, as ticks."""
+        if isinstance(self.frequency, int):
+            return self.frequency
+        return to_duration_ticks(self.frequency)
+
+    @property
+    def delay_ticks(self) -> int:
+        return to_duration_ticks(self.delay)
+
+
+class AdvanceTimeImportSettings(BaseModel):
+    """Import the CTIs of another input of the same query (binding level only)."""
+
+    model_config = _FROZEN
+
+    stream_name: str
+
+    def __init__(self, stream_name: str | None = None, /, **kwargs: Any) -> None:
+        if stream_name is not None:
+            kwargs["stream_name"] = stream_name
+        super().__init__(**kwargs)
+
+    @field_validator("stream_name")
+    @classmethod
+    def _non_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError(
+                "stream_name must name an input of the same query; got an empty string"
+            )
+        return value
+
+
+class AdvanceTimeSettings(BaseModel):
+    """Binding-level advance-time settings; they override what the adapter factory declares.
+
+    At least one of ``generation`` and ``import_settings`` must be given; both may be.
+    """
+
+    model_config = _FROZEN
+
+    generation: AdvanceTimeGenerationSettings | None = None
+    import_settings: AdvanceTimeImportSettings | None = None
+    policy: AdvanceTimePolicy = AdvanceTimePolicy.DROP
+
+    def __init__(
+        self,
+        generation: AdvanceTimeGenerationSettings | None = None,
+        import_settings: AdvanceTimeImportSettings | None = None,
+        policy: AdvanceTimePolicy = AdvanceTimePolicy.DROP,
+        /,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("generation", generation)
+        kwargs.setdefault("import_settings", import_settings)
+        kwargs.setdefault("policy", policy)
+        super().__init__(**kwargs)
+
+    @model_validator(mode="after")
+    def _generation_or_import(self) -> AdvanceTimeSettings:
+        if self.generation is None and self.import_settings is None:
+            raise ValueError(
+                "AdvanceTimeSettings needs generation settings, import settings, or both; got "
+                "neither. Fix: AdvanceTimeSettings(AdvanceTimeGenerationSettings(1), None, policy) "
+                "or AdvanceTimeSettings(None, AdvanceTimeImportSettings('otherStream'), policy)"
+            )
+        return self
+
+    @classmethod
+    def increasing_start_time(cls) -> AdvanceTimeSettings:
+        """For inputs whose start times never decrease: a CTI at each event's start, Drop."""
+        return cls(
+            AdvanceTimeGenerationSettings(1, timedelta(0), True), None, AdvanceTimePolicy.DROP
+        )
+
+    @classmethod
+    def strictly_increasing_start_time(cls) -> AdvanceTimeSettings:
+        """For strictly increasing start times: a CTI one tick after each event's start, Drop."""
+        return cls(AdvanceTimeGenerationSettings(1, -TICK, True), None, AdvanceTimePolicy.DROP)
+
+    @classmethod
+    def unordered_start_time(cls, delay: timedelta | int) -> AdvanceTimeSettings:
+        """For events up to ``delay`` out of order: a CTI ``delay`` behind each event, Drop."""
+        return cls(AdvanceTimeGenerationSettings(1, delay, True), None, AdvanceTimePolicy.DROP)
+
+
+class AdapterAdvanceTimeSettings(BaseModel):
+    """What an input adapter factory declares: generation settings and a violation policy."""
+
+    model_config = _FROZEN
+
+    generation: AdvanceTimeGenerationSettings
+    policy: AdvanceTimePolicy = AdvanceTimePolicy.DROP
+
+    def __init__(
+        self,
+        generation: AdvanceTimeGenerationSettings | None = None,
+        policy: AdvanceTimePolicy = AdvanceTimePolicy.DROP,
+        /,
+        **kwargs: Any,
+    ) -> None:
+        if generation is not None:
+            kwargs["generation"] = generation
+        kwargs.setdefault("policy", policy)
+        super().__init__(**kwargs)
+
+    def as_binding(self) -> AdvanceTimeSettings:
+        """The same settings in binding form (no import)."""
+        return AdvanceTimeSettings(self.generation, None, self.policy)

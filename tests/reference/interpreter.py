@@ -1,0 +1,635 @@
+"""The reference interpreter: the temporal contract executed item by item, in arrival order.
+
+This is the oracle the Spark engine is tested against (semantics §4: "a pure-Python reference
+interpreter in the test suite defines expected outputs"). It follows ``shared/spec/semantics.md``
+§1-§6 and ``docs/decisions.md`` literally and is written for reading, not for speed: one loop over
+the merged arrival sequence, one small method per rule. It depends on nothing Spark-related.
+
+Who calls it: tests, on the driver, with the same :class:`EventScript` they feed to the engine::
+
+    result = run_reference(
+        script,
+        [Binding("sensors", AdvanceTimeSettings.increasing_start_time(), ("id", "v"))],
+        Where(Input("sensors"), lambda p: p["v"] > 0),
+        EventShape.POINT,
+    )
+    result.output      # what the output adapter must receive, events and CTIs, in order
+    result.ingress     # per input: what leaves ingress (adjusted events and the input's CTIs)
+    result.counts      # per input: events_in, ctis_*, dropped, adjusted
+
+How a run goes:
+
+1. Every item of every bound input gets a *position* ``(arrival, binding index, offset,
+   partition index)`` and all items are processed in position order. A CTI generated after an
+   event sits at the event's position with sub-position 1.
+2. **Ingress** (§3), per partition: explicit CTIs, generation, violations (DROP / ADJUST / error),
+   edge matching; per input: the input's CTI is the minimum over its partitions, emitted as a CTI
+   row when it rises; every emitted input CTI is imported at once by the inputs that import it.
+3. **Operators** (§5): ``Where``/``Select`` per event with CTIs passed through; ``Union`` merges by
+   position, its CTI the minimum of its children's latest CTIs.
+4. **Egress** (§6): each output CTI releases the pending items whose rule it satisfies, sorted.
+
+When the run fails (a CTI violation without a policy, a malformed END edge) the error raised
+carries ``partial_result``: the :class:`Result` of every item before the failing one, without a
+stop flush, i.e. what the engine must have delivered before it failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapters.base import ItemKind, SourceItem
+from adapters.memory import EventScript
+from engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
+from engine.events import (
+    EdgeType,
+    Event,
+    EventKind,
+    EventShape,
+    cti,
+    edge_end,
+    edge_start,
+    interval,
+    point,
+)
+from engine.settings import AdvanceTimePolicy, AdvanceTimeSettings
+from engine.temporal import MAX_TIME, MIN_TIME, format_ticks, saturating_sub
+
+__all__ = [
+    "Binding",
+    "Input",
+    "Node",
+    "Result",
+    "Select",
+    "Union",
+    "Where",
+    "run_reference",
+]
+
+
+# -- plan -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Input:
+    """Plan leaf: the ingress output of the bound input ``name``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Where:
+    """Keep the events whose payload dict satisfies ``predicate``; CTIs pass unchanged."""
+
+    child: Node
+    predicate: Callable[[dict], bool]
+
+
+@dataclass(frozen=True)
+class Select:
+    """Replace each event's payload by ``project(payload)`` (its key order is the column order);
+    times and CTIs are untouched."""
+
+    child: Node
+    project: Callable[[dict], dict]
+
+
+@dataclass(frozen=True)
+class Union:
+    """All events of all children; the CTI is the minimum over children of their latest CTI."""
+
+    children: tuple[Node, ...]
+
+
+Node = Input | Where | Select | Union
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One bound input, in binding order.
+
+    ``settings`` are the effective advance-time settings (the binding's own, or the adapter's
+    ``as_binding()``); ``None`` means explicit CTIs only and no violation policy. ``columns`` is
+    the payload column order (schema order) of this input.
+    """
+
+    name: str
+    settings: AdvanceTimeSettings | None
+    columns: tuple[str, ...]
+
+
+@dataclass
+class Result:
+    """What a run produced.
+
+    ``output``: the delivered items in order (events in the consumer's shape, and CTIs).
+    ``ingress``: per input, its ingress output in position order (events as they leave ingress,
+    with adjusted times, and the input's CTI rows).
+    ``counts``: per input, ``events_in``, ``ctis_explicit``, ``ctis_generated``,
+    ``ctis_imported``, ``ctis_ignored``, ``dropped``, ``adjusted``.
+    """
+
+    output: list[Event]
+    ingress: dict[str, list[Event]]
+    counts: dict[str, dict[str, int]]
+
+
+# -- positions --------------------------------------------------------------------------------
+# (arrival, binding index, offset, partition index, sub-position). Sub-position 1 is the CTI
+# generated right after the event at the same position.
+Position = tuple[int, int, int, int, int]
+
+#: Arrival of the stop flush: after every real arrival stamp (those are int64 ticks).
+_STOP_ARRIVAL = MAX_TIME + 1
+
+COUNT_NAMES = (
+    "events_in",
+    "ctis_explicit",
+    "ctis_generated",
+    "ctis_imported",
+    "ctis_ignored",
+    "dropped",
+    "adjusted",
+)
+
+
+@dataclass(frozen=True)
+class _Arrival:
+    """One source item with its place in the arrival order."""
+
+    position: Position
+    binding: int
+    partition: str
+    item: SourceItem
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One row of a stream inside the plan: an event or a CTI, at a position."""
+
+    position: Position
+    event: Event
+
+
+# -- ingress ----------------------------------------------------------------------------------
+@dataclass
+class _OpenEdge:
+    """A START edge of a partition waiting for its END edge.
+
+    ``start``/``payload`` are the original ones (END edges match on them); ``adjusted_start`` is
+    the start it left ingress with, or None when it was dropped.
+    """
+
+    start: int
+    payload: dict[str, Any]
+    adjusted_start: int | None
+
+
+@dataclass
+class _Partition:
+    name: str
+    cti: int = MIN_TIME  # the effective CTI: running max of every CTI value seen
+    counted: int = 0  # counted events (points, intervals, START edges) so far
+    max_start: int | None = None  # largest original start of the counted events
+    period: int | None = None  # floor(max_start / T) for time-span generation
+    open_edges: list[_OpenEdge] = field(default_factory=list)
+    ended: bool = False
+
+
+class _Ingress:
+    """Semantics §3 for one input: its partitions' CTI state, violations, edges, imports."""
+
+    def __init__(self, binding: Binding, index: int, partitions: Sequence[str]) -> None:
+        self.binding = binding
+        self.index = index
+        self.name = binding.name
+        settings = binding.settings
+        self.generation = settings.generation if settings is not None else None
+        self.policy: AdvanceTimePolicy | None = settings.policy if settings is not None else None
+        self.partitions = {p: _Partition(p) for p in partitions}
+        self.cti = MIN_TIME  # the input's CTI: min over partitions
+        self.rows: list[_Row] = []
+        self.counts = dict.fromkeys(COUNT_NAMES, 0)
+        self.importers: list[_Ingress] = []
+
+    # items ---------------------------------------------------------------------------------
+    def on_item(self, arrival: _Arrival) -> None:
+        part = self.partitions[arrival.partition]
+        item = arrival.item
+        if item.kind is ItemKind.EVENT:
+            self._on_event(part, item, arrival.position)
+        elif item.kind is ItemKind.CTI:
+            self._on_explicit_cti(part, item, arrival.position)
+        else:
+            self._on_end(part, arrival.position)
+
+    def _on_explicit_cti(self, part: _Partition, item: SourceItem, pos: Position) -> None:
+        assert item.event is not None
+        self.counts["ctis_explicit"] += 1
+        if self._raise_partition(part, item.event.start):
+            self._publish(pos)
+        else:
+            self.counts["ctis_ignored"] += 1
+
+    def _on_end(self, part: _Partition, pos: Position) -> None:
+        part.ended = True
+        if self.generation is not None and self.generation.flush_on_stop:
+            if self._raise_partition(part, MAX_TIME):
+                self.counts["ctis_generated"] += 1
+            self._publish(pos)
+
+    def on_stop(self) -> None:
+        """The bounded run stops: flush the partitions that have not ended (if configured)."""
+        if self.generation is None or not self.generation.flush_on_stop:
+            return
+        for part in self.partitions.values():
+            if not part.ended and self._raise_partition(part, MAX_TIME):
+                self.counts["ctis_generated"] += 1
+        # One position for all partitions: only the value after all of them is emitted.
+        self._publish((_STOP_ARRIVAL, self.index, 0, 0, 0))
+
+    def on_import(self, value: int, pos: Position) -> None:
+        """A CTI emitted by the input this one imports, at that CTI's position."""
+        self.counts["ctis_imported"] += 1
+        for part in self.partitions.values():
+            self._raise_partition(part, value)
+        self._publish(pos)
+
+    # events --------------------------------------------------------------------------------
+    def _on_event(self, part: _Partition, item: SourceItem, pos: Position) -> None:
+        event = item.event
+        assert event is not None and event.kind is EventKind.INSERT
+        self.counts["events_in"] += 1
+        payload = self._payload(event, part, item)
+        if event.edge is EdgeType.END:
+            self._on_end_edge(part, item, event, payload, pos)
+            return  # END edges are never counted for generation
+
+        # Checked against the CTI *before* the event (the CTI generated after it never applies).
+        c = part.cti
+        start: int | None = event.start
+        if event.start < c:
+            start = self._violation(part, item, event, c)
+        if start is not None:
+            self._emit(pos, Event(EventKind.INSERT, start, event.end, payload, event.edge))
+        if event.edge is EdgeType.START:
+            part.open_edges.append(_OpenEdge(event.start, payload, start))
+        # Dropped and adjusted events count too, with their original start.
+        self._generate(part, event.start, pos)
+
+    def _violation(self, part: _Partition, item: SourceItem, event: Event, c: int) -> int | None:
+        """An event with ``start < c``: the new start under ADJUST, or None when dropped."""
+        if self.policy is None:
+            raise CtiViolationError(
+                self.name, part.name, item.offset, event.describe(), format_ticks(c)
+            )
+        if self.policy is AdvanceTimePolicy.ADJUST and event.end > c:
+            self.counts["adjusted"] += 1
+            return c
+        self.counts["dropped"] += 1
+        return None
+
+    def _on_end_edge(
+        self,
+        part: _Partition,
+        item: SourceItem,
+        event: Event,
+        payload: dict[str, Any],
+        pos: Position,
+    ) -> None:
+        # The oldest open START edge with the same original start and payload (FIFO).
+        match = next(
+            (e for e in part.open_edges if e.start == event.start and e.payload == payload), None
+        )
+        if match is None:
+            raise MalformedRecordError(
+                f"END edge with no open START edge on input {self.name!r} (partition "
+                f"{part.name!r}, offset {item.offset}): {event.describe()}; expected a START edge "
+                "with the same start and payload earlier in the same partition. Fix: send the "
+                "START edge first, or bind the input with a POINT or INTERVAL shape"
+            )
+        c = part.cti
+        if event.end < c:
+            if self.policy is None:
+                raise CtiViolationError(
+                    self.name, part.name, item.offset, event.describe(), format_ticks(c)
+                )
+            # Dropped under both policies; its START edge stays open.
+            self.counts["dropped"] += 1
+            return
+        part.open_edges.remove(match)
+        if match.adjusted_start is None:  # its START edge was dropped
+            self.counts["dropped"] += 1
+            return
+        # May be empty (end == adjusted start): it still closes the START edge; egress releases
+        # nothing for it.
+        self._emit(
+            pos, Event(EventKind.INSERT, match.adjusted_start, event.end, payload, EdgeType.END)
+        )
+
+    def _generate(self, part: _Partition, start: int, pos: Position) -> None:
+        gen = self.generation
+        if gen is None:
+            return
+        part.counted += 1
+        part.max_start = start if part.max_start is None else max(part.max_start, start)
+        if gen.by_count:
+            due = part.counted % gen.frequency_ticks == 0
+        else:
+            period = part.max_start // gen.frequency_ticks  # floor, also for negative times
+            # The first counted event only sets the starting period.
+            due = part.period is not None and period > part.period
+            if part.period is None or period > part.period:
+                part.period = period
+        if not due:
+            return
+        candidate = saturating_sub(part.max_start, gen.delay_ticks)
+        if self._raise_partition(part, candidate):
+            self.counts["ctis_generated"] += 1
+            self._publish((*pos[:4], 1))
+
+    # CTI state -----------------------------------------------------------------------------
+    @staticmethod
+    def _raise_partition(part: _Partition, value: int) -> bool:
+        """Raise the partition's effective CTI to ``value``; False if it is not above it."""
+        if value <= part.cti:
+            return False
+        part.cti = value
+        return True
+
+    def _publish(self, pos: Position) -> None:
+        """Emit the input's CTI (min over partitions) at ``pos`` if it rose; importers follow."""
+        value = min(p.cti for p in self.partitions.values())
+        if value <= self.cti:
+            return
+        self.cti = value
+        self._emit(pos, cti(value))
+        for importer in self.importers:
+            importer.on_import(value, pos)
+
+    def _emit(self, pos: Position, event: Event) -> None:
+        self.rows.append(_Row(pos, event))
+
+    def _payload(self, event: Event, part: _Partition, item: SourceItem) -> dict[str, Any]:
+        """The payload as a dict in the input's column order (a missing column is None)."""
+        unknown = [k for k in event.payload if k not in self.binding.columns]
+        if unknown:
+            raise MalformedRecordError(
+                f"event on input {self.name!r} (partition {part.name!r}, offset {item.offset}) "
+                f"has columns {unknown} not in the input's columns {list(self.binding.columns)}: "
+                f"{event.describe()}. Fix: list every payload column in Binding.columns"
+            )
+        return {c: event.payload.get(c) for c in self.binding.columns}
+
+
+# -- operators --------------------------------------------------------------------------------
+def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
+    """The rows of ``node`` in position order."""
+    if isinstance(node, Input):
+        return list(inputs[node.name])
+    if isinstance(node, Where):
+        return [
+            row
+            for row in _evaluate(node.child, inputs)
+            if row.event.is_cti or node.predicate(dict(row.event.payload))
+        ]
+    if isinstance(node, Select):
+        out = []
+        for row in _evaluate(node.child, inputs):
+            e = row.event
+            if not e.is_cti:
+                e = Event(e.kind, e.start, e.end, node.project(dict(e.payload)), e.edge)
+            out.append(_Row(row.position, e))
+        return out
+    if isinstance(node, Union):
+        return _union([_evaluate(child, inputs) for child in node.children])
+    raise TypeError(f"not a plan node: {node!r}; expected Input, Where, Select or Union")
+
+
+def _union(children: list[list[_Row]]) -> list[_Row]:
+    """Events at their positions; CTI = min over children of their latest CTI, when it rises.
+
+    Rows of several children can share a position (an importer's CTI sits at the position of the
+    CTI it imports; the same input can appear twice). All rows at one position are taken together
+    and only the union's CTI after all of them is emitted (as ingress does for partitions).
+    """
+    tagged = sorted(
+        ((row.position, child, seq, row) for child, rows in enumerate(children)
+         for seq, row in enumerate(rows)),
+        key=lambda t: (t[0], t[1], t[2]),
+    )
+    latest = [MIN_TIME] * len(children)
+    current = MIN_TIME
+    out: list[_Row] = []
+    i = 0
+    while i < len(tagged):
+        pos = tagged[i][0]
+        while i < len(tagged) and tagged[i][0] == pos:
+            _, child, _, row = tagged[i]
+            if row.event.is_cti:
+                latest[child] = row.event.start
+            else:
+                out.append(row)
+            i += 1
+        value = min(latest) if latest else MIN_TIME
+        if value > current:
+            current = value
+            out.append(_Row(pos, cti(value)))
+    return out
+
+
+# -- egress -----------------------------------------------------------------------------------
+@dataclass(eq=False)  # identity: two identical pending items are still two items
+class _Pending:
+    """An item waiting for the first output CTI ``c`` with ``due < c``."""
+
+    event: Event
+    due: int
+
+
+@dataclass
+class _RootEdge:
+    """A START edge row seen at the root, with what it put in the pending list (if anything)."""
+
+    start: int
+    payload: dict[str, Any]
+    pending: _Pending | None
+
+
+def _sort_key(event: Event) -> tuple:
+    payload = tuple((v is not None, v) for v in event.payload.values())  # nulls first
+    return (event.start, 0 if event.edge is EdgeType.START else 1, event.end, payload)
+
+
+def _egress(rows: list[_Row], shape: EventShape) -> list[Event]:
+    """Semantics §6 with decisions.md "Egress": release each item with the first output CTI
+    satisfying its consumer rule; each segment sorted, then its CTI."""
+    pending: list[_Pending] = []
+    open_edges: list[_RootEdge] = []
+    output: list[Event] = []
+
+    def add(event: Event, due: int) -> _Pending:
+        p = _Pending(event, due)
+        pending.append(p)
+        return p
+
+    for row in rows:
+        e = row.event
+        payload = dict(e.payload)
+        if e.is_cti:
+            c = e.start
+            released = [p.event for p in pending if p.due < c]
+            pending[:] = [p for p in pending if not p.due < c]
+            output.extend(sorted(released, key=_sort_key))
+            output.append(e)
+        elif e.edge is EdgeType.START:
+            made = None
+            if shape is EventShape.POINT:
+                made = add(point(e.start, payload), e.start)
+            elif shape is EventShape.EDGE:
+                made = add(edge_start(e.start, payload), e.start)
+            # INTERVAL: nothing until the END edge says where it ends.
+            open_edges.append(_RootEdge(e.start, payload, made))
+        elif e.edge is EdgeType.END:
+            match = next(
+                (r for r in open_edges if r.start == e.start and r.payload == payload), None
+            )
+            if match is None:  # ingress and where/select keep edges matched
+                raise RuntimeError(f"reference interpreter bug: unmatched END edge {e!r}")
+            open_edges.remove(match)
+            if e.end == e.start:
+                # Empty lifetime: never released. Its START edge cannot have been released yet
+                # (that needs a CTI above the start, which the END edge would then violate).
+                if match.pending is not None:
+                    if match.pending not in pending:
+                        raise RuntimeError(f"reference interpreter bug: {e!r} after release")
+                    pending.remove(match.pending)
+                continue
+            if shape is EventShape.INTERVAL:
+                add(interval(e.start, e.end, payload), e.start)
+            elif shape is EventShape.EDGE:
+                add(edge_end(e.start, e.end, payload), e.end)
+            # POINT: the point was released at its start already.
+        else:  # a point or an interval
+            if shape is EventShape.POINT:
+                add(point(e.start, payload), e.start)
+            elif shape is EventShape.INTERVAL:
+                add(interval(e.start, e.end, payload), e.start)
+            else:
+                add(edge_start(e.start, payload), e.start)
+                add(edge_end(e.start, e.end, payload), e.end)
+    return output
+
+
+# -- the run ----------------------------------------------------------------------------------
+def _check_bindings(bindings: Sequence[Binding], plan: Node) -> None:
+    names = [b.name for b in bindings]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise QueryBuildError(f"inputs bound more than once: {dupes}; each name once")
+    imports = {
+        b.name: b.settings.import_settings.stream_name
+        for b in bindings
+        if b.settings is not None and b.settings.import_settings is not None
+    }
+    for importer, source in imports.items():
+        if source not in names:
+            raise QueryBuildError(
+                f"input {importer!r} imports the CTIs of {source!r}, which is not bound in this "
+                f"query (bound: {names}). Fix: bind {source!r} in the same query or import one "
+                "of the bound inputs"
+            )
+    for importer in imports:
+        chain = [importer]
+        while chain[-1] in imports:
+            nxt = imports[chain[-1]]
+            if nxt in chain:
+                cycle = " -> ".join([*chain[chain.index(nxt):], nxt])
+                raise QueryBuildError(
+                    f"import cycle: {cycle}; an input cannot (indirectly) import its own CTIs. "
+                    "Fix: let one of them generate its CTIs instead"
+                )
+            chain.append(nxt)
+
+    def leaves(node: Node) -> list[str]:
+        if isinstance(node, Input):
+            return [node.name]
+        if isinstance(node, Where | Select):
+            return leaves(node.child)
+        if isinstance(node, Union):
+            return [n for c in node.children for n in leaves(c)]
+        raise TypeError(f"not a plan node: {node!r}; expected Input, Where, Select or Union")
+
+    for name in leaves(plan):
+        if name not in names:
+            raise QueryBuildError(f"the plan reads input {name!r}, which is not bound ({names})")
+
+
+def _arrivals(script: EventScript, bindings: Sequence[Binding]) -> list[_Arrival]:
+    """Every item of every bound input, in position order."""
+    out = []
+    for b, binding in enumerate(bindings):
+        for p, partition in enumerate(script.partitions(binding.name)):
+            for item in script.items(binding.name, partition):
+                out.append(_Arrival((item.arrival, b, item.offset, p, 0), b, partition, item))
+    out.sort(key=lambda a: a.position)
+    return out
+
+
+def _run(
+    script: EventScript,
+    bindings: Sequence[Binding],
+    plan: Node,
+    shape: EventShape,
+    arrivals: list[_Arrival],
+    stop: bool,
+) -> Result:
+    ingresses = [
+        _Ingress(binding, i, script.partitions(binding.name)) for i, binding in enumerate(bindings)
+    ]
+    by_name = {ing.name: ing for ing in ingresses}
+    for ing in ingresses:
+        settings = ing.binding.settings
+        if settings is not None and settings.import_settings is not None:
+            by_name[settings.import_settings.stream_name].importers.append(ing)
+
+    for i, arrival in enumerate(arrivals):
+        try:
+            ingresses[arrival.binding].on_item(arrival)
+        except (CtiViolationError, MalformedRecordError) as exc:
+            # What was delivered before the failing item (no stop flush: the run failed).
+            exc.partial_result = _run(script, bindings, plan, shape, arrivals[:i], stop=False)
+            raise
+    if stop:
+        for ing in ingresses:
+            ing.on_stop()
+
+    rows = {ing.name: ing.rows for ing in ingresses}
+    return Result(
+        output=_egress(_evaluate(plan, rows), shape),
+        ingress={ing.name: [r.event for r in ing.rows] for ing in ingresses},
+        counts={ing.name: dict(ing.counts) for ing in ingresses},
+    )
+
+
+def run_reference(
+    script: EventScript,
+    bindings: Sequence[Binding],
+    plan: Node,
+    shape: EventShape,
+    *,
+    stop: bool = True,
+) -> Result:
+    """Run ``plan`` over ``script`` as the contract says, and return what must be delivered.
+
+    ``bindings`` are in binding order (their index is the binding index in positions). With
+    ``stop=True`` the run stops after the last item: inputs that flush on stop get a CTI at +inf
+    on the partitions that have not ended, in binding order. Raises
+    :class:`~engine.errors.QueryBuildError` (a ``ValueError``) for an unknown import or plan
+    input or an import cycle, :class:`~engine.errors.CtiViolationError` for a violation on an
+    input without a policy and :class:`~engine.errors.MalformedRecordError` for an END edge with
+    no open START edge; both carry ``partial_result``.
+    """
+    bindings = list(bindings)
+    _check_bindings(bindings, plan)
+    return _run(script, bindings, plan, shape, _arrivals(script, bindings), stop)
