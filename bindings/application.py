@@ -23,6 +23,10 @@ class Application:
     def __init__(self, name: str, spark: SparkSession | None = None, *, master: str | None = None):
         self.name = name
         self.spark = spark or default_session(name, master)
+        # The engine's plans (unions of broadcast CTI rows, many windows) trip Spark's constraint
+        # inference (NoSuchElementException in UnionBase.rewriteConstraints) and gain nothing
+        # from it; turning it off also shortens planning of every epoch.
+        self.spark.conf.set("spark.sql.constraintPropagation.enabled", "false")
         self.queries: dict[str, Any] = {}
 
     def _query(

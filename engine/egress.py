@@ -59,27 +59,29 @@ def _items(flow: Flow, shape: EventShape, payload: list[str]) -> tuple[DataFrame
 
     s, e = F.col(START), F.col(END)
     nonempty = e > s
+    cancels = ev.filter((edge == "END") & ~nonempty).select(START, *payload)
     if shape is EventShape.POINT:
-        return item(ev.filter(~edge.eqNullSafe("END")), s, s + 1, None, s), None
+        return item(ev.filter(~edge.eqNullSafe("END")), s, s + 1, None, s), cancels
     if shape is EventShape.INTERVAL:
         whole = item(ev.filter(edge.isNull()), s, e, None, s)
         closed = item(ev.filter((edge == "END") & nonempty), s, e, None, s, F.col(POS))
         return whole.unionByName(closed), None
     starts = item(ev.filter(~edge.eqNullSafe("END")), s, F.lit(MAX_TIME), "START", s)
     ends = item(ev.filter(edge.isNull() | ((edge == "END") & nonempty)), s, e, "END", e)
-    cancels = ev.filter((edge == "END") & ~nonempty).select(START, *payload)
     return starts.unionByName(ends), cancels
 
 
 def _cancel(pending: DataFrame, cancels: DataFrame, payload: list[str]) -> DataFrame:
-    """Remove one pending START edge per cancel with the same start and payload."""
+    """Remove, per cancel, one pending item that opened the same (start, payload): a START edge
+    for the EDGE consumer, a point for the POINT consumer. Such an item cannot have been released
+    yet: that takes a CTI above its start, which the empty END edge would have violated."""
     key = [START, *payload]
+    opener = F.col(EDGE).eqNullSafe("START") | (
+        F.col(EDGE).isNull() & (F.col(END) == F.col(START) + 1)
+    )
     ranked = pending.withColumn(
         "__r",
-        F.when(
-            F.col(EDGE) == "START",
-            F.row_number().over(Window.partitionBy(EDGE, *key).orderBy(_REL)),
-        ),
+        F.when(opener, F.row_number().over(Window.partitionBy(opener, *key).orderBy(_REL))),
     )
     n = cancels.groupBy(*key).agg(F.count("*").alias("__n"))
     p, c = ranked.alias("p"), n.alias("c")

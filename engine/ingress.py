@@ -224,17 +224,26 @@ def ingress_epoch(
     a = cache.keep(a)
 
     new_state, first_violation = _collect_state(a, spec, state)
+    violation = None
     if policy is None and first_violation is not None:
-        raise _StopEpoch(first_violation, _violation_error(a, spec, first_violation))
+        violation = _StopEpoch(first_violation, _violation_error(a, spec, first_violation))
 
     adjusted_start = F.when(F.col("__adj"), cb).otherwise(F.col(START))
     events = a.filter(insert & ~F.col("__drop") & ~edge.eqNullSafe("END")).select(
         KIND, EDGE, adjusted_start.alias(START), END, POS, *payload
     )
     if spec.edges:
-        closed, new_state.open_edges, dropped_ends = _match_edges(a, spec, state.open_edges, cache)
-        new_state.counts["dropped"] += dropped_ends
+        try:
+            closed, new_state.open_edges, dropped = _match_edges(a, spec, state.open_edges, cache)
+        except _StopEpoch as malformed:
+            # Whichever bad item comes first stops the epoch (matching is sound up to it).
+            if violation is None or malformed.pos < violation.pos:
+                raise
+            raise violation from None
+        new_state.counts["dropped"] += dropped
         events = events.unionByName(closed)
+    if violation is not None:
+        raise violation
     change = a.filter(F.col("__ca") > F.col("__cb")).select(
         F.col(_P), POS, F.col("__ca").alias(CTI)
     )
@@ -257,7 +266,10 @@ def _collect_state(
     def n(cond: F.Column) -> F.Column:
         return F.sum(F.when(cond, 1).otherwise(0))
 
-    gen_cti = c("__gen") & (c("__ca") > c("__cb"))
+    flush = (c(KIND) == "BCAST") & (c(_SRC) == "flush")
+    if spec.flush_on_stop:
+        flush = flush | (c(KIND) == "EOI")
+    gen_cti = (c("__gen") | flush) & (c("__ca") > c("__cb"))
     rows = (
         a.groupBy(_P)
         .agg(

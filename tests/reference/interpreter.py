@@ -297,6 +297,16 @@ class _Ingress:
         payload: dict[str, Any],
         pos: Position,
     ) -> None:
+        # A violating END edge is dropped before any matching: it closes nothing (decisions.md).
+        c = part.cti
+        if event.end < c:
+            if self.policy is None:
+                raise CtiViolationError(
+                    self.name, part.name, item.offset, event.describe(), format_ticks(c)
+                )
+            # Dropped under both policies; its START edge stays open.
+            self.counts["dropped"] += 1
+            return
         # The oldest open START edge with the same original start and payload (FIFO).
         match = next(
             (e for e in part.open_edges if e.start == event.start and e.payload == payload), None
@@ -308,15 +318,6 @@ class _Ingress:
                 "with the same start and payload earlier in the same partition. Fix: send the "
                 "START edge first, or bind the input with a POINT or INTERVAL shape"
             )
-        c = part.cti
-        if event.end < c:
-            if self.policy is None:
-                raise CtiViolationError(
-                    self.name, part.name, item.offset, event.describe(), format_ticks(c)
-                )
-            # Dropped under both policies; its START edge stays open.
-            self.counts["dropped"] += 1
-            return
         part.open_edges.remove(match)
         if match.adjusted_start is None:  # its START edge was dropped
             self.counts["dropped"] += 1
@@ -413,11 +414,12 @@ def _union(children: list[list[_Row]]) -> list[_Row]:
     CTI it imports; the same input can appear twice). All rows at one position are taken together
     and only the union's CTI after all of them is emitted (as ingress does for partitions).
     """
-    tagged = sorted(
-        ((row.position, child, seq, row) for child, rows in enumerate(children)
-         for seq, row in enumerate(rows)),
-        key=lambda t: (t[0], t[1], t[2]),
-    )
+    tagged = [
+        (row.position, child, seq, row)
+        for child, rows in enumerate(children)
+        for seq, row in enumerate(rows)
+    ]
+    tagged.sort(key=lambda t: (t[0], t[1], t[2]))
     latest = [MIN_TIME] * len(children)
     current = MIN_TIME
     out: list[_Row] = []
@@ -544,7 +546,7 @@ def _check_bindings(bindings: Sequence[Binding], plan: Node) -> None:
         while chain[-1] in imports:
             nxt = imports[chain[-1]]
             if nxt in chain:
-                cycle = " -> ".join([*chain[chain.index(nxt):], nxt])
+                cycle = " -> ".join([*chain[chain.index(nxt) :], nxt])
                 raise QueryBuildError(
                     f"import cycle: {cycle}; an input cannot (indirectly) import its own CTIs. "
                     "Fix: let one of them generate its CTIs instead"

@@ -1,0 +1,1378 @@
+"""File adapters: JSON lines, CSV and Parquet in; JSON lines and CSV out.
+
+**Input.** :class:`FileInputFactory` makes a :class:`FileInputAdapter` from a
+:class:`FileInputConfig`. ``path`` is a file, a directory (its files, not recursive, skipping names
+that start with ``.`` or ``_``) or a glob; every matched file is one source partition, named by its
+absolute path, partitions in sorted order. Each row of a file is one item::
+
+    {"ts": "2024-01-01T00:00:00+00:00", "id": 1, "v": 2.5}          POINT at ts
+    {"ts": 10, "te": 20, "id": 1}                                   INTERVAL [ts, te), int ticks
+    {"ts": 10, "side": "start", "id": 1} / {..., "side": "end", "te": 20}   EDGE halves
+    {"ts": 15, "is_cti": true}                                      explicit CTI at ts
+
+    cfg = FileInputConfig(path="in/*.jsonl", time_column="ts", end_column="te",
+                          cti_column="is_cti", schema="id bigint, v double")
+
+* **Offsets** are the 0-based record index in the file (header and blank lines are not records).
+  After the last record, :meth:`FileInputAdapter.read` yields one :attr:`ItemKind.END` item at
+  offset ``n`` = the number of records.
+* **Arrival**: by default the record index, so several files interleave row by row (row ``i`` of
+  every file arrives at ``i``) and the END item arrives at ``n``. With ``arrival_column`` the stamp
+  is read from the row (int ticks, ISO-8601 with offset, or a Parquet timestamp) and must not
+  decrease within a file: a row whose arrival is below the largest arrival of an earlier row
+  (counting every earlier row whose arrival parses) is malformed. The END item then arrives at that
+  largest arrival (0 for a file with no such row).
+* **Times** (``time_column``, ``end_column``, ``arrival_column``): int ticks (1 tick = 1 µs since
+  the Unix epoch, UTC), a string of digits (ticks), an ISO-8601 date-time *with* a UTC offset, a
+  zone-aware Parquet timestamp (sub-microsecond digits are dropped), or ``"+inf"``/``"-inf"``
+  where the engine accepts them (a CTI, an interval end). Naive date-times and floats are refused.
+* **Flags**: ``cti_column`` is true for ``true``, ``1``, ``"true"``, ``"1"`` or ``"CTI"`` and false
+  for ``false``, ``0``, ``"false"``, ``"0"``, ``"INSERT"``, empty or null; ``edge_column`` is
+  ``"start"`` or ``"end"`` (any case). So a file written by :class:`FileOutputAdapter` reads back
+  with ``time_column="start", end_column="end", edge_column="edge", cti_column="kind"``.
+* **Payload**: with ``schema`` (Spark DDL), exactly those columns, which may include the time
+  column to keep it in the payload; other columns are ignored, and a missing value (or, in CSV,
+  an empty one) is null. Without it the schema is inferred on the driver: Parquet from the
+  first file's schema; JSON lines from the first :data:`INFER_ROWS` event rows (JSON types: boolean,
+  bigint, double, string); CSV from the first file's header and the first :data:`INFER_ROWS` event
+  rows (bigint, double, boolean, else string). Inference never makes timestamps from strings: give
+  a schema for that. Inferred payloads exclude the time, end, edge, CTI and arrival columns.
+  Supported payload types: boolean, tinyint, smallint, int, bigint, float, double, string
+  (varchar/char), timestamp (values come out as UTC-aware datetimes), date, decimal(p, s).
+* **Malformed records** raise :class:`engine.errors.MalformedRecordError` naming the file, the
+  1-based line (row, for Parquet), the offset, what was expected, what was got and the fix. The
+  reader is a generator, so every item before the bad record has been yielded first. With
+  ``dead_letter_path`` the record is appended there instead, as one JSON line
+  ``{"file", "line", "record", "error"}``, and reading goes on. Dead letters are at-least-once: an
+  epoch that is replayed writes its dead letters again; deduplicate by ``(file, line)``. Problems
+  that make the rest of a file unreadable (a CSV syntax error, undecodable CSV text) always raise.
+
+**Output.** :class:`FileOutputFactory` makes a :class:`FileOutputAdapter` that appends each epoch's
+items as rows ``{"kind", "start", "end", "edge", <payload columns>}`` and keeps the sidecar
+``<path>.epoch`` (see :class:`FileOutputAdapter` for the durability rules).
+
+Who calls what, and where: the engine calls ``create``, :meth:`FileInputAdapter.partitions` and
+:meth:`FileInputAdapter.payload_schema` on the driver, pickles the adapter (it holds only its
+configuration, shape and resolved schema) and calls :meth:`FileInputAdapter.read` on executors,
+where the files are opened. Output adapters live on the driver only.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import csv
+import glob
+import io
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from adapters.base import (
+    InputAdapter,
+    InputAdapterFactory,
+    ItemKind,
+    OutputAdapter,
+    OutputAdapterFactory,
+    SourceItem,
+)
+from engine.errors import MalformedRecordError, QueryBuildError
+from engine.events import (
+    EdgeType,
+    Event,
+    EventKind,
+    EventShape,
+    cti,
+    edge_end,
+    edge_start,
+    interval,
+    point,
+)
+from engine.schema import check_payload_names, infer_payload_schema
+from engine.settings import AdapterAdvanceTimeSettings
+from engine.temporal import MAX_TIME, MIN_TIME, format_ticks, to_datetime, to_ticks
+
+__all__ = [
+    "INFER_ROWS",
+    "FileFormat",
+    "FileInputAdapter",
+    "FileInputConfig",
+    "FileInputFactory",
+    "FileOutputAdapter",
+    "FileOutputConfig",
+    "FileOutputFactory",
+]
+
+#: How many event rows schema inference reads (JSON lines and CSV), across files in order.
+INFER_ROWS = 1000
+
+FileFormat = Literal["jsonl", "csv", "parquet"]
+
+_EXTENSIONS: dict[str, FileFormat] = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+_DEAD_LETTER_HINT = (
+    " Or set FileInputConfig.dead_letter_path to skip malformed records into a file."
+)
+_PARQUET_BATCH_ROWS = 4096
+_GOT_LIMIT = 120
+
+
+def _fspath(value: Any) -> Any:
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+_Path = Annotated[str, BeforeValidator(_fspath)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Payload schemas: a small Spark DDL reader (no Spark needed on the driver or in tests)
+# ---------------------------------------------------------------------------------------------
+
+_TYPE_ALIASES = {
+    "boolean": "boolean",
+    "bool": "boolean",
+    "tinyint": "tinyint",
+    "byte": "tinyint",
+    "smallint": "smallint",
+    "short": "smallint",
+    "int": "int",
+    "integer": "int",
+    "bigint": "bigint",
+    "long": "bigint",
+    "float": "float",
+    "real": "float",
+    "double": "double",
+    "string": "string",
+    "varchar": "string",
+    "char": "string",
+    "timestamp": "timestamp",
+    "timestamp_ltz": "timestamp",
+    "date": "date",
+    "decimal": "decimal",
+    "dec": "decimal",
+    "numeric": "decimal",
+}
+_INT_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
+_SUPPORTED = (
+    "boolean, tinyint, smallint, int, bigint, float, double, string, varchar(n), char(n), "
+    "timestamp, date, decimal(p, s)"
+)
+_COLUMN_RE = re.compile(
+    r"""^\s*(?P<name>`(?:[^`]|``)+`|[A-Za-z0-9_]+)\s*:?\s*
+        (?P<type>[A-Za-z_]+)\s*
+        (?:\(\s*(?P<p>\d+)\s*(?:,\s*(?P<s>\d+)\s*)?\))?\s*
+        (?P<notnull>NOT\s+NULL)?\s*
+        (?:COMMENT\s+'(?:[^'\\]|\\.)*')?\s*$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    """One payload column: canonical Spark type name, nullability, decimal precision/scale."""
+
+    name: str
+    type: str
+    nullable: bool = True
+    precision: int = 10
+    scale: int = 0
+
+    def describe(self) -> str:
+        if self.type == "decimal":
+            return f"decimal({self.precision}, {self.scale})"
+        return self.type
+
+
+def _split_top_level(ddl: str) -> list[str]:
+    parts, depth, start, quote = [], 0, 0, ""
+    for i, ch in enumerate(ddl):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "`'":
+            quote = ch
+        elif ch in "(<":
+            depth += 1
+        elif ch in ")>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(ddl[start:i])
+            start = i + 1
+    parts.append(ddl[start:])
+    return [p for p in parts if p.strip()]
+
+
+def _parse_ddl(ddl: str) -> list[_Column]:
+    """Parse ``"id int, v double NOT NULL"`` into columns; ValueError naming what is unsupported."""
+    columns: list[_Column] = []
+    for part in _split_top_level(ddl):
+        m = _COLUMN_RE.match(part)
+        if m is None:
+            raise ValueError(
+                f"schema column {part.strip()!r} is not a simple 'name type' pair; expected one "
+                f"of the types {_SUPPORTED}. Fix: write e.g. schema='id bigint, v double'; nested "
+                "types (array, map, struct) are not read from files"
+            )
+        name = m["name"]
+        if name.startswith("`"):
+            name = name[1:-1].replace("``", "`")
+        raw_type = m["type"].lower()
+        canonical = _TYPE_ALIASES.get(raw_type)
+        if canonical is None:
+            raise ValueError(
+                f"schema column {name!r} has type {m['type']!r}; expected one of {_SUPPORTED}. "
+                "Fix: use a supported type, or leave the column out of the schema"
+            )
+        precision, scale = 10, 0
+        if canonical == "decimal" and m["p"] is not None:
+            precision, scale = int(m["p"]), int(m["s"] or 0)
+            if not 1 <= precision <= 38 or scale > precision:
+                raise ValueError(
+                    f"schema column {name!r} is decimal({precision}, {scale}); expected "
+                    "1 <= precision <= 38 and scale <= precision. Fix: e.g. decimal(10, 2)"
+                )
+        columns.append(_Column(name, canonical, m["notnull"] is None, precision, scale))
+    names = [c.name for c in columns]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(
+            f"schema names columns {duplicates} more than once; expected each column once. "
+            "Fix: remove the duplicates"
+        )
+    check_payload_names(names)
+    return columns
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _ddl(columns: Sequence[tuple[str, str]]) -> str:
+    check_payload_names(n for n, _ in columns)
+    return ", ".join(f"{_quote(n)} {t}" for n, t in columns)
+
+
+# ---------------------------------------------------------------------------------------------
+# Value conversion
+# ---------------------------------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """One record is malformed: what is wrong, what was expected, what was got, how to fix it."""
+
+    def __init__(self, what: str, expected: str, got: str, fix: str) -> None:
+        super().__init__(what)
+        self.what, self.expected, self.got, self.fix = what, expected, got, fix
+
+
+def _got(value: Any) -> str:
+    if value is None:
+        return "null"
+    text = repr(value)
+    if len(text) > _GOT_LIMIT:
+        text = text[: _GOT_LIMIT - 3] + "..."
+    return text if isinstance(value, str) else f"{type(value).__name__} {text}"
+
+
+_TICKS_RE = re.compile(r"[+-]?\d+")
+_FLOAT_RE = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_TIME_EXPECTED = (
+    "int ticks (µs since 1970-01-01 UTC) or an ISO-8601 date-time with a UTC offset, "
+    "e.g. 2024-01-01T00:00:00+00:00"
+)
+
+
+def _aware_ticks(value: datetime, what: str) -> int:
+    if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+        raise _Bad(
+            f"{what} is a naive date-time",
+            _TIME_EXPECTED,
+            _got(value.isoformat()),
+            "add the UTC offset to the value (Z or +HH:MM); naive times are never guessed",
+        )
+    return to_ticks(value)
+
+
+def _parse_time(value: Any, what: str) -> int:
+    """A time value of a row as ticks; raises _Bad for missing, naive, float or unparseable."""
+    if value is None or value == "":
+        raise _Bad(f"{what} is missing", _TIME_EXPECTED, _got(value), f"give every row a {what}")
+    if isinstance(value, bool | float):
+        raise _Bad(
+            f"{what} has the wrong type",
+            _TIME_EXPECTED,
+            _got(value),
+            "write times as int ticks or ISO strings; floats are never read as times",
+        )
+    if isinstance(value, int):
+        if not MIN_TIME <= value <= MAX_TIME:
+            raise _Bad(
+                f"{what} is out of range",
+                "ticks that fit in int64",
+                _got(value),
+                "check the unit: one tick is one microsecond",
+            )
+        return value
+    if isinstance(value, datetime):
+        return _aware_ticks(value, what)
+    if isinstance(value, str):
+        text = value.strip()
+        lowered = text.lower()
+        if lowered in ("+inf", "inf"):
+            return MAX_TIME
+        if lowered == "-inf":
+            return MIN_TIME
+        if _TICKS_RE.fullmatch(text):
+            return _parse_time(int(text), what)
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            raise _Bad(
+                f"{what} is not a time",
+                _TIME_EXPECTED,
+                _got(value),
+                "write an ISO-8601 date-time with its offset, or int ticks",
+            ) from None
+        if parsed.tzinfo is None:
+            raise _Bad(
+                f"{what} is a naive date-time",
+                _TIME_EXPECTED,
+                _got(value),
+                "add the UTC offset to the value (Z or +HH:MM); naive times are never guessed",
+            )
+        return to_ticks(parsed)
+    raise _Bad(
+        f"{what} has the wrong type",
+        _TIME_EXPECTED,
+        _got(value),
+        "write times as int ticks or ISO strings",
+    )
+
+
+def _parse_flag(value: Any, what: str) -> bool:
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int) and value in (0, 1):
+        return value == 1
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "1", "cti"):
+            return True
+        if lowered in ("false", "0", "", "insert"):
+            return False
+    raise _Bad(
+        f"{what} is not a flag",
+        "true/false, 1/0, 'CTI'/'INSERT', or empty",
+        _got(value),
+        "mark CTI rows with true and other rows with false or nothing",
+    )
+
+
+def _parse_edge(value: Any, what: str) -> EdgeType:
+    if isinstance(value, str) and value.strip().lower() in ("start", "end"):
+        return EdgeType(value.strip().upper())
+    raise _Bad(
+        f"{what} is not an edge type" if value not in (None, "") else f"{what} is missing",
+        "'start' or 'end'",
+        _got(value),
+        "mark each row of an EDGE input as the start or the end of its event",
+    )
+
+
+def _coerce(column: _Column, value: Any, text: bool) -> Any:
+    """``value`` as the Python value of ``column``'s Spark type; raises _Bad on a mismatch.
+
+    ``text`` is True for CSV, whose values are all strings: they are parsed. JSON and Parquet
+    values must have the right type already, except that timestamps, dates and decimals are also
+    taken from strings (JSON has no such types).
+    """
+    if value is None or (text and value == ""):
+        if not column.nullable:
+            raise _Bad(
+                f"payload column {column.name!r} is null",
+                f"a {column.describe()} value (the column is NOT NULL)",
+                _got(value),
+                "give the column a value",
+            )
+        return None
+    kind = column.type
+
+    def bad(hint: str = "") -> _Bad:
+        return _Bad(
+            f"payload column {column.name!r} has the wrong type",
+            f"a {column.describe()} value{hint}",
+            _got(value),
+            "fix the value, or give FileInputConfig a schema with the column's real type",
+        )
+
+    if kind == "string":
+        if isinstance(value, str):
+            return value
+        raise bad()
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        if text and isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise bad(" (true or false)")
+    if kind in _INT_BITS:
+        number: Any = value
+        if text and isinstance(value, str) and _TICKS_RE.fullmatch(value.strip()):
+            number = int(value.strip())
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise bad()
+        bits = _INT_BITS[kind]
+        if not -(2 ** (bits - 1)) <= number < 2 ** (bits - 1):
+            raise bad(f" in [{-(2 ** (bits - 1))}, {2 ** (bits - 1) - 1}]")
+        return number
+    if kind in ("float", "double"):
+        if text and isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise bad() from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad()
+        return float(value)
+    if kind == "timestamp":
+        if isinstance(value, datetime | int | str) and not isinstance(value, bool):
+            what = f"payload column {column.name!r}"
+            if isinstance(value, datetime):
+                return to_datetime(_aware_ticks(value, what))
+            ticks = _parse_time(value, what)
+            if ticks in (MIN_TIME, MAX_TIME):
+                raise bad(" (a finite time)")
+            return to_datetime(ticks)
+        raise bad(" (ISO-8601 with a UTC offset, or int ticks)")
+    if kind == "date":
+        if isinstance(value, date) and not isinstance(value, datetime):
+            return value
+        if isinstance(value, str):
+            try:
+                return date.fromisoformat(value.strip())
+            except ValueError:
+                raise bad(" (YYYY-MM-DD)") from None
+        raise bad(" (YYYY-MM-DD)")
+    if kind == "decimal":
+        if isinstance(value, bool) or not isinstance(value, Decimal | int | float | str):
+            raise bad()
+        try:
+            number = Decimal(str(value).strip())
+        except InvalidOperation:
+            raise bad() from None
+        if not number.is_finite():
+            raise bad(" (a finite number)")
+        quantum = Decimal(1).scaleb(-column.scale)
+        number = number.quantize(quantum, rounding=ROUND_HALF_UP)
+        if len(number.as_tuple().digits) > column.precision and number != 0:
+            raise bad(f" with at most {column.precision - column.scale} integer digits")
+        return number
+    raise bad()  # pragma: no cover - _parse_ddl only makes the kinds above
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading files record by record
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Row:
+    """One record: its 0-based index (the offset), 1-based line (row for Parquet), its raw form
+    for dead letters, and its fields (None when ``error`` says why they could not be read)."""
+
+    index: int
+    line: int
+    raw: Any
+    fields: Mapping[str, Any] | None
+    error: _Bad | None = None
+
+
+class _Tally:
+    """How many records a reader has passed, skipped ones included."""
+
+    rows: int = 0
+
+
+class _Fatal(Exception):
+    """The rest of a file cannot be read: not skippable by dead-lettering."""
+
+    def __init__(self, line: int, bad: _Bad) -> None:
+        super().__init__(bad.what)
+        self.line, self.bad = line, bad
+
+
+def _jsonl_rows(path: str, start: int, parse_prefix: bool, tally: _Tally) -> Iterator[_Row]:
+    with open(path, "rb") as f:
+        index = 0
+        for line_no, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            if index < start and not parse_prefix:
+                index += 1
+                tally.rows = index
+                continue
+            row = _Row(index, line_no, None, None)
+            try:
+                text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                row.raw = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                row.error = _Bad(
+                    "the line is not UTF-8 text", "UTF-8 JSON", f"{e}", "write the file as UTF-8"
+                )
+            else:
+                row.raw = text
+                try:
+                    fields = json.loads(text)
+                except json.JSONDecodeError as e:
+                    row.error = _Bad(
+                        f"the line is not valid JSON ({e.msg} at column {e.colno})",
+                        "one JSON object per line",
+                        _got(text),
+                        "repair the line",
+                    )
+                else:
+                    if isinstance(fields, dict):
+                        row.fields = fields
+                    else:
+                        row.error = _Bad(
+                            "the line is not a JSON object",
+                            "one JSON object per line",
+                            _got(text),
+                            'write each record as {"column": value, ...}',
+                        )
+            index += 1
+            tally.rows = index
+            yield row
+
+
+def _utf8_lines(f: Any) -> Iterator[str]:
+    # Decoding line by line makes a decoding error surface at its own line.
+    for number, raw in enumerate(f):
+        yield raw.decode("utf-8-sig" if number == 0 else "utf-8")
+
+
+def _csv_rows(path: str, start: int, parse_prefix: bool, tally: _Tally) -> Iterator[_Row]:
+    with open(path, "rb") as f:
+        reader = csv.reader(_utf8_lines(f))
+        previous = 0
+        try:
+            header: list[str] | None = None
+            for fields in reader:
+                line = previous + 1
+                previous = reader.line_num
+                if not fields:
+                    continue
+                if header is None:
+                    header = fields
+                    continue
+                index = tally.rows
+                tally.rows = index + 1
+                if index < start and not parse_prefix:
+                    continue
+                if len(fields) != len(header):
+                    yield _Row(
+                        index,
+                        line,
+                        fields,
+                        None,
+                        _Bad(
+                            "the row has the wrong number of fields",
+                            f"{len(header)} fields, as in the header",
+                            f"{len(fields)} fields {_got(fields)}",
+                            "quote fields that contain commas, and give every row every column",
+                        ),
+                    )
+                else:
+                    record = dict(zip(header, fields, strict=True))
+                    yield _Row(index, line, record, record)
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise _Fatal(
+                previous + 1,
+                _Bad(
+                    "the file cannot be read as CSV from here on",
+                    "UTF-8 CSV with a header line",
+                    str(e),
+                    "repair the file",
+                ),
+            ) from e
+
+
+def _parquet_rows(
+    path: str, start: int, prefix_columns: list[str] | None, tally: _Tally
+) -> Iterator[_Row]:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    try:
+        names = set(pf.schema_arrow.names)
+        index = 0
+        for group in range(pf.num_row_groups):
+            n = pf.metadata.row_group(group).num_rows
+            columns: list[str] | None = None
+            if index + n <= start:
+                columns = [c for c in prefix_columns or [] if c in names]
+                if not columns:
+                    index += n
+                    tally.rows = index
+                    continue
+            for batch in pf.iter_batches(
+                batch_size=_PARQUET_BATCH_ROWS, row_groups=[group], columns=columns
+            ):
+                for record in _normalise_timestamps(batch).to_pylist():
+                    tally.rows = index + 1
+                    yield _Row(index, index + 1, record, record)
+                    index += 1
+        tally.rows = index
+    finally:
+        pf.close()
+
+
+def _normalise_timestamps(batch: Any) -> Any:
+    import pyarrow as pa
+
+    arrays, changed = [], False
+    for array in batch.columns:
+        t = array.type
+        if pa.types.is_timestamp(t) and t.unit == "ns":
+            # Ticks are microseconds; nanosecond digits are dropped, as Spark does.
+            array = array.cast(pa.timestamp("us", tz=t.tz), safe=False)
+            changed = True
+        arrays.append(array)
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names) if changed else batch
+
+
+def _rows(
+    fmt: FileFormat,
+    path: str,
+    start: int,
+    prefix_columns: list[str] | None,
+    tally: _Tally,
+) -> Iterator[_Row]:
+    if fmt == "jsonl":
+        return _jsonl_rows(path, start, prefix_columns is not None, tally)
+    if fmt == "csv":
+        return _csv_rows(path, start, prefix_columns is not None, tally)
+    return _parquet_rows(path, start, prefix_columns, tally)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input
+# ---------------------------------------------------------------------------------------------
+
+
+class FileInputConfig(BaseModel):
+    """Where and how to read an input from files (see the module docstring for the formats).
+
+    ``schema`` (alias of the field ``schema_``) is the payload as Spark DDL; by default inferred.
+    ``advance_time`` is what :meth:`FileInputFactory.declare_advance_time_properties` declares;
+    binding-level ``AdvanceTimeSettings`` override it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    path: _Path
+    format: FileFormat | None = None
+    time_column: str
+    end_column: str | None = None
+    edge_column: str | None = None
+    cti_column: str | None = None
+    arrival_column: str | None = None
+    schema_: str | None = Field(default=None, alias="schema")
+    dead_letter_path: Annotated[str | None, BeforeValidator(_fspath)] = None
+    advance_time: AdapterAdvanceTimeSettings | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> FileInputConfig:
+        if not self.path.strip():
+            raise ValueError("path must name a file, a directory or a glob; got an empty string")
+        roles = {
+            "time_column": self.time_column,
+            "end_column": self.end_column,
+            "edge_column": self.edge_column,
+            "cti_column": self.cti_column,
+            "arrival_column": self.arrival_column,
+        }
+        used: dict[str, str] = {}
+        for role, column in roles.items():
+            if column is None:
+                continue
+            if not column:
+                raise ValueError(f"{role} must name a column; got an empty string")
+            if column in used:
+                raise ValueError(
+                    f"{role} and {used[column]} are both {column!r}; expected a different column "
+                    "for each role. Fix: name distinct columns"
+                )
+            used[column] = role
+        if self.schema_ is not None:
+            _parse_ddl(self.schema_)
+        return self
+
+    @property
+    def special_columns(self) -> frozenset[str]:
+        """The columns that are not payload when the schema is inferred."""
+        return frozenset(
+            c
+            for c in (
+                self.time_column,
+                self.end_column,
+                self.edge_column,
+                self.cti_column,
+                self.arrival_column,
+            )
+            if c is not None
+        )
+
+
+class FileInputAdapter(InputAdapter):
+    """Reads the files of a :class:`FileInputConfig` as events of one shape, one partition per file.
+
+    Made by :class:`FileInputFactory` on the driver. :meth:`partitions` and :meth:`payload_schema`
+    run on the driver; :meth:`read` runs on executors, opening its file there. The adapter holds
+    its config, its shape and, once :meth:`payload_schema` has run, the resolved schema string, so
+    executors never infer a schema of their own.
+    """
+
+    bounded: ClassVar[bool] = True
+
+    def __init__(self, config: FileInputConfig, shape: EventShape) -> None:
+        shape = EventShape(shape)
+        needs_end = shape is not EventShape.POINT
+        if needs_end and config.end_column is None:
+            raise QueryBuildError(
+                f"a {shape.value} file input needs end_column; got none for {config.path!r}. "
+                "Fix: FileInputConfig(..., end_column='<column of the end time>')"
+            )
+        if not needs_end and config.end_column is not None:
+            raise QueryBuildError(
+                f"a POINT file input has no end; got end_column={config.end_column!r} for "
+                f"{config.path!r}. Fix: bind the input as INTERVAL, or drop end_column"
+            )
+        if (shape is EventShape.EDGE) != (config.edge_column is not None):
+            raise QueryBuildError(
+                f"edge_column is for EDGE inputs only, and every EDGE input needs one; got shape "
+                f"{shape.value} with edge_column={config.edge_column!r} for {config.path!r}. "
+                "Fix: give edge_column exactly when binding as EDGE"
+            )
+        self._config = config
+        self._shape = shape
+        self._schema: str | None = config.schema_
+        self._columns: list[_Column] | None = None
+
+    # -- driver -------------------------------------------------------------------------------
+    def partitions(self) -> Sequence[str]:
+        """The matched files as absolute paths, sorted. Raises FileNotFoundError when none match,
+        and ValueError when their format cannot be told or differs between files."""
+        return [path for path, _ in self._files()]
+
+    def payload_schema(self) -> str:
+        """The payload as Spark DDL: the configured schema, else inferred (and remembered)."""
+        if self._schema is None:
+            self._schema = self._infer()
+        return self._schema
+
+    # -- executor -----------------------------------------------------------------------------
+    def read(self, partition: str, start_offset: int) -> Iterator[SourceItem]:
+        """Yield the items of file ``partition`` from record ``start_offset`` on, then END.
+
+        Deterministic for an unchanged file. Records before ``start_offset`` are passed over
+        (their arrival stamps are still read, so the arrival checks and the END stamp do not
+        depend on where a read starts) and never dead-lettered again.
+        """
+        cfg = self._config
+        columns = self._payload_columns()
+        fmt = self._format_of(partition)
+        text = fmt == "csv"
+        arrival_column = cfg.arrival_column
+        tally = _Tally()
+        prefix = [arrival_column] if arrival_column is not None else None
+        high: int | None = None  # largest arrival of any earlier row whose arrival parses
+        rows = _rows(fmt, partition, start_offset, prefix, tally)
+        try:
+            while True:
+                try:
+                    row = next(rows)
+                except StopIteration:
+                    break
+                except _Fatal as fatal:
+                    raise MalformedRecordError(
+                        self._message(partition, fmt, fatal.line, None, fatal.bad, hint=False)
+                    ) from None
+                if row.index < start_offset:
+                    if row.fields is not None and arrival_column is not None:
+                        with contextlib.suppress(_Bad):  # it was reported when first read
+                            high = self._arrival(row.fields, high)
+                    continue
+                try:
+                    if row.error is not None:
+                        raise row.error
+                    assert row.fields is not None
+                    if arrival_column is None:
+                        arrival = row.index
+                    else:
+                        arrival = high = self._arrival(row.fields, high)
+                    item = self._item(row.index, row.fields, arrival, columns, text)
+                except _Bad as bad:
+                    message = self._message(
+                        partition,
+                        fmt,
+                        row.line,
+                        row.index,
+                        bad,
+                        hint=cfg.dead_letter_path is None,
+                    )
+                    if cfg.dead_letter_path is None:
+                        raise MalformedRecordError(message) from None
+                    self._dead_letter(partition, row, message)
+                    continue
+                yield item
+        finally:
+            rows.close()
+        n = tally.rows
+        if n >= start_offset:
+            end_arrival = n if arrival_column is None else (high if high is not None else 0)
+            yield SourceItem(ItemKind.END, n, end_arrival)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _files(self) -> list[tuple[str, FileFormat]]:
+        cfg = self._config
+        path = os.path.expanduser(cfg.path)
+        if glob.has_magic(path):
+            found = [p for p in glob.glob(path, recursive=True) if os.path.isfile(p)]
+        elif os.path.isdir(path):
+            found = [
+                os.path.join(path, name)
+                for name in os.listdir(path)
+                if not name.startswith((".", "_")) and os.path.isfile(os.path.join(path, name))
+            ]
+        elif os.path.isfile(path):
+            found = [path]
+        else:
+            found = []
+        dead = os.path.abspath(cfg.dead_letter_path) if cfg.dead_letter_path else None
+        files = sorted({os.path.abspath(p) for p in found} - {dead})
+        if not files:
+            raise FileNotFoundError(
+                f"no input files match path {cfg.path!r} (a file, a directory or a glob; looked "
+                f"in {os.path.abspath(path)!r}). Fix: check the path, or write the files first"
+            )
+        result = [(f, self._format_of(f)) for f in files]
+        formats = sorted({fmt for _, fmt in result})
+        if len(formats) > 1:
+            raise ValueError(
+                f"files matching {cfg.path!r} have different formats {formats}; expected one "
+                "format per input. Fix: narrow the path with a glob such as '*.jsonl'"
+            )
+        return result
+
+    def _format_of(self, path: str) -> FileFormat:
+        if self._config.format is not None:
+            return self._config.format
+        ext = os.path.splitext(path)[1].lower()
+        fmt = _EXTENSIONS.get(ext)
+        if fmt is None:
+            raise ValueError(
+                f"cannot tell the format of {path!r} from its extension {ext!r}; expected one of "
+                f"{sorted(_EXTENSIONS)}. Fix: set FileInputConfig(format='jsonl'|'csv'|'parquet'), "
+                "or narrow the path with a glob"
+            )
+        return fmt
+
+    def _payload_columns(self) -> list[_Column]:
+        if self._columns is None:
+            self._columns = _parse_ddl(self.payload_schema())
+        return self._columns
+
+    def _infer(self) -> str:
+        files = self._files()
+        fmt = files[0][1]
+        special = self._config.special_columns
+        if fmt == "parquet":
+            return self._infer_parquet(files[0][0], special)
+        payloads: list[dict[str, Any]] = []
+        for path, _ in files:
+            if len(payloads) >= INFER_ROWS:
+                break
+            rows = _rows(fmt, path, 0, None, _Tally())
+            try:
+                for row in rows:
+                    if row.fields is None or self._is_cti_row(row.fields):
+                        continue
+                    payloads.append({k: v for k, v in row.fields.items() if k not in special})
+                    if len(payloads) >= INFER_ROWS:
+                        break
+            except _Fatal:
+                pass  # read() reports it, at its place in the file
+            finally:
+                rows.close()
+        header = None
+        if fmt == "csv":
+            header = next(filter(None, (_csv_header(path) for path, _ in files)), None)
+        try:
+            if fmt == "jsonl":
+                return infer_payload_schema(payloads)
+            names = [c for c in header or [] if c not in special]
+            return _ddl([(n, _infer_csv_type([p.get(n, "") for p in payloads])) for n in names])
+        except (TypeError, ValueError) as e:
+            raise type(e)(
+                f"cannot infer the payload schema of {self._config.path!r}: {e} "
+                "(as FileInputConfig(schema='col type, ...'))"
+            ) from e
+
+    def _is_cti_row(self, fields: Mapping[str, Any]) -> bool:
+        column = self._config.cti_column
+        if column is None:
+            return False
+        try:
+            return _parse_flag(fields.get(column), column)
+        except _Bad:
+            return True  # unreadable flag: leave the row out of inference
+
+    def _infer_parquet(self, path: str, special: frozenset[str]) -> str:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        columns: list[tuple[str, str]] = []
+        for field in pq.read_schema(path):
+            if field.name in special:
+                continue
+            t = field.type
+            if pa.types.is_dictionary(t):
+                t = t.value_type
+            spark = _arrow_to_spark(t)
+            if spark is None:
+                raise ValueError(
+                    f"column {field.name!r} of {path!r} has type {t}, which file inputs do not "
+                    f"read (supported: {_SUPPORTED}; timestamps need a time zone). Fix: give "
+                    "FileInputConfig(schema=...) listing only the columns you need"
+                )
+            columns.append((field.name, spark))
+        return _ddl(columns)
+
+    def _arrival(self, fields: Mapping[str, Any], high: int | None) -> int:
+        column = self._config.arrival_column
+        assert column is not None
+        what = f"arrival_column {column!r}"
+        a = _parse_time(fields.get(column), what)
+        if a in (MIN_TIME, MAX_TIME):
+            raise _Bad(
+                f"{what} is infinite",
+                "a finite arrival time",
+                format_ticks(a),
+                "stamp each row with the time it arrived",
+            )
+        if high is not None and a < high:
+            raise _Bad(
+                f"{what} goes back in time",
+                f"an arrival >= {format_ticks(high)}, the latest arrival of an earlier row",
+                format_ticks(a),
+                "sort the file by its arrival column",
+            )
+        return a
+
+    def _item(
+        self,
+        offset: int,
+        fields: Mapping[str, Any],
+        arrival: int,
+        columns: list[_Column],
+        text: bool,
+    ) -> SourceItem:
+        cfg = self._config
+        what = f"time_column {cfg.time_column!r}"
+        start = _parse_time(fields.get(cfg.time_column), what)
+        if cfg.cti_column is not None and _parse_flag(
+            fields.get(cfg.cti_column), f"cti_column {cfg.cti_column!r}"
+        ):
+            return SourceItem(ItemKind.CTI, offset, arrival, cti(start))
+        if start in (MIN_TIME, MAX_TIME):
+            raise _Bad(
+                f"{what} is infinite",
+                "a finite event start",
+                format_ticks(start),
+                "only CTI rows may be at +inf or -inf",
+            )
+        payload = {c.name: _coerce(c, fields.get(c.name), text) for c in columns}
+        edge: EdgeType | None = None
+        if self._shape is EventShape.EDGE:
+            assert cfg.edge_column is not None
+            edge = _parse_edge(fields.get(cfg.edge_column), f"edge_column {cfg.edge_column!r}")
+        end = 0
+        if self._shape is EventShape.INTERVAL or edge is EdgeType.END:
+            assert cfg.end_column is not None
+            end_what = f"end_column {cfg.end_column!r}"
+            end = _parse_time(fields.get(cfg.end_column), end_what)
+            if end <= start:
+                raise _Bad(
+                    f"{end_what} is not after the start",
+                    f"an end after the start {format_ticks(start)}",
+                    format_ticks(end),
+                    "swap the start and end, or bind the input as POINT for instants",
+                )
+        try:
+            if self._shape is EventShape.POINT:
+                event = point(start, payload)
+            elif self._shape is EventShape.INTERVAL:
+                event = interval(start, end, payload)
+            elif edge is EdgeType.START:
+                event = edge_start(start, payload)
+            else:
+                event = edge_end(start, end, payload)
+        except (TypeError, ValueError) as e:  # the builders' own checks, as a backstop
+            raise _Bad(
+                "the row is not a valid event",
+                f"a {self._shape.value} event",
+                str(e),
+                "fix the times of the row",
+            ) from None
+        return SourceItem(ItemKind.EVENT, offset, arrival, event)
+
+    def _message(
+        self,
+        partition: str,
+        fmt: FileFormat,
+        line: int,
+        offset: int | None,
+        bad: _Bad,
+        *,
+        hint: bool,
+    ) -> str:
+        where = f"{partition}, {'row' if fmt == 'parquet' else 'line'} {line}"
+        if offset is not None:
+            where += f" (offset {offset})"
+        return (
+            f"malformed record in {where}: {bad.what}; expected {bad.expected}; got {bad.got}. "
+            f"Fix: {bad.fix}." + (_DEAD_LETTER_HINT if hint else "")
+        )
+
+    def _dead_letter(self, partition: str, row: _Row, message: str) -> None:
+        path = self._config.dead_letter_path
+        assert path is not None
+        record = {"file": partition, "line": row.line, "record": row.raw, "error": message}
+        line = json.dumps(record, default=str, ensure_ascii=False) + "\n"
+        # One write per record on an O_APPEND file: executors may share the file.
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line)
+
+
+def _csv_header(path: str) -> list[str] | None:
+    """The header of a CSV file; None when it is empty or unreadable (read() reports why)."""
+    with open(path, "rb") as f:
+        try:
+            for fields in csv.reader(_utf8_lines(f)):
+                if fields:
+                    return fields
+        except (csv.Error, UnicodeDecodeError):
+            return None
+    return None
+
+
+def _infer_csv_type(values: list[Any]) -> str:
+    kinds: set[str] = set()
+    for value in values:
+        text = value.strip() if isinstance(value, str) else ""
+        if not text:
+            continue
+        if _TICKS_RE.fullmatch(text) and -(2**63) <= int(text) < 2**63:
+            kinds.add("bigint")
+        elif _FLOAT_RE.fullmatch(text):
+            kinds.add("double")
+        elif text.lower() in ("true", "false"):
+            kinds.add("boolean")
+        else:
+            return "string"
+    if kinds == {"bigint"}:
+        return "bigint"
+    if kinds and kinds <= {"bigint", "double"}:
+        return "double"
+    if kinds == {"boolean"}:
+        return "boolean"
+    return "string"
+
+
+def _arrow_to_spark(t: Any) -> str | None:
+    import pyarrow as pa
+
+    simple: list[tuple[Callable[[Any], bool], str]] = [
+        (pa.types.is_boolean, "boolean"),
+        (pa.types.is_int8, "tinyint"),
+        (pa.types.is_int16, "smallint"),
+        (pa.types.is_int32, "int"),
+        (pa.types.is_int64, "bigint"),
+        (pa.types.is_uint8, "smallint"),
+        (pa.types.is_uint16, "int"),
+        (pa.types.is_uint32, "bigint"),
+        (pa.types.is_float32, "float"),
+        (pa.types.is_float64, "double"),
+        (pa.types.is_string, "string"),
+        (pa.types.is_large_string, "string"),
+        (pa.types.is_date32, "date"),
+    ]
+    for test, spark in simple:
+        if test(t):
+            return spark
+    if pa.types.is_timestamp(t):
+        return "timestamp" if t.tz is not None else None
+    if pa.types.is_decimal(t) and t.precision <= 38:
+        return f"decimal({t.precision},{t.scale})"
+    return None
+
+
+class FileInputFactory(InputAdapterFactory[FileInputConfig]):
+    """Makes :class:`FileInputAdapter` instances (driver). All three shapes are supported; the
+    config's ``advance_time`` is what :meth:`declare_advance_time_properties` declares."""
+
+    supported_shapes: ClassVar[frozenset[EventShape]] = frozenset(EventShape)
+
+    def create(self, config: FileInputConfig, shape: EventShape) -> FileInputAdapter:
+        return FileInputAdapter(config, shape)
+
+    def declare_advance_time_properties(
+        self, config: FileInputConfig, shape: EventShape
+    ) -> AdapterAdvanceTimeSettings | None:
+        return config.advance_time
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------------------
+
+_BASE_COLUMNS = ("kind", "start", "end", "edge")
+
+
+class FileOutputConfig(BaseModel):
+    """Where to append a query's output.
+
+    ``columns`` fixes the payload columns of a CSV file, in order. Without it a new CSV file's
+    header takes the payload columns of the first event delivered with the header (only the base
+    columns if that delivery holds CTIs only); an event with a column not in the header is refused.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: _Path
+    format: Literal["jsonl", "csv"] = "jsonl"
+    columns: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> FileOutputConfig:
+        if not self.path.strip():
+            raise ValueError("path must name the output file; got an empty string")
+        for name in self.columns or ():
+            if name in _BASE_COLUMNS:
+                raise ValueError(
+                    f"columns lists {name!r}, which the output writes itself; expected payload "
+                    "columns only. Fix: rename the payload column in the query"
+                )
+        return self
+
+
+def _format_time(ticks: int) -> str:
+    if ticks == MIN_TIME:
+        return "-inf"
+    if ticks == MAX_TIME:
+        return "+inf"
+    try:
+        return to_datetime(ticks).isoformat()
+    except (OverflowError, ValueError):
+        return str(ticks)  # beyond year 9999: plain ticks, which the input adapter reads back
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"cannot write {type(value).__name__} {value!r} as JSON")
+
+
+def _csv_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(_json_default(value)) if isinstance(value, datetime | date | bytes) else str(value)
+
+
+class FileOutputAdapter(OutputAdapter):
+    """Appends a query's committed output to one file, exactly once per epoch after recovery.
+
+    Runs on the driver; the engine calls :meth:`deliver` once per epoch in order and
+    :meth:`delivered_through` when it replays after a restart.
+
+    Durability: :meth:`deliver` appends the epoch's rows, flushes and fsyncs the file, then writes
+    the sidecar ``<path>.epoch`` = ``{"epoch": N, "bytes": L}`` (L = the data file's length after
+    epoch N) atomically (temporary file, fsync, rename, fsync of the directory). An epoch at or
+    below the sidecar's is skipped. If the process dies between the data and the sidecar, the file
+    holds a tail the sidecar does not cover: a whole or torn epoch. Creating the adapter (and every
+    :meth:`deliver`) truncates the file back to ``L``, and the engine redelivers that epoch, so the
+    file ends up with every epoch exactly once. Until then a reader of the file may see that tail:
+    readers that must see committed rows only should read the first ``L`` bytes. Without a sidecar
+    the adapter starts one at the file's current length (existing content is kept). To start over,
+    delete both files: a sidecar left behind makes a new query skip the epochs it records.
+    """
+
+    def __init__(self, config: FileOutputConfig, shape: EventShape) -> None:
+        self._path = config.path
+        self._format = config.format
+        self._shape = EventShape(shape)
+        self._columns: list[str] | None = list(config.columns) if config.columns else None
+        self._sidecar = self._path + ".epoch"
+        self._header: list[str] | None = None
+        state = self._read_sidecar()
+        if state is None:
+            with open(self._path, "ab"):
+                pass
+            self._write_sidecar(None, os.path.getsize(self._path))
+        else:
+            self._repair(state[1])
+        if self._format == "csv" and os.path.getsize(self._path) > 0:
+            self._header = _csv_header(self._path)
+
+    def delivered_through(self) -> int | None:
+        """The epoch in the sidecar: the last one whose rows are durably in the file, or None."""
+        state = self._read_sidecar()
+        return None if state is None else state[0]
+
+    def deliver(self, epoch: int, items: Sequence[Event]) -> None:
+        """Append ``items`` as rows, unless ``epoch`` is at or below :meth:`delivered_through`."""
+        state = self._read_sidecar()
+        if state is not None and state[0] is not None and epoch <= state[0]:
+            return
+        # A sidecar deleted under a live adapter: keep what the file holds.
+        size = self._repair(state[1] if state is not None else os.path.getsize(self._path))
+        rows = [self._row(e) for e in items]
+        data = self._encode(rows, empty_file=size == 0)
+        with open(self._path, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            size = f.tell()
+        self._write_sidecar(epoch, size)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _row(self, event: Event) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "kind": event.kind.value,
+            "start": _format_time(event.start),
+            "end": _format_time(event.end),
+            "edge": event.edge.value if event.edge is not None else None,
+        }
+        for name, value in event.payload.items():
+            if name in row:
+                raise ValueError(
+                    f"payload column {name!r} of {event!r} clashes with the output's own column "
+                    f"{name!r} in {self._path!r}. Fix: rename it in the query, e.g. with select"
+                )
+            row[name] = value
+        return row
+
+    def _encode(self, rows: list[dict[str, Any]], *, empty_file: bool) -> bytes:
+        if self._format == "jsonl":
+            return "".join(
+                json.dumps(r, default=_json_default, ensure_ascii=False) + "\n" for r in rows
+            ).encode("utf-8")
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        header = self._header
+        if empty_file or header is None:
+            if not rows:
+                return b""
+            payload = self._columns
+            if payload is None:
+                first = next((r for r in rows if r["kind"] == EventKind.INSERT.value), rows[0])
+                payload = [k for k in first if k not in _BASE_COLUMNS]
+            header = [*_BASE_COLUMNS, *payload]
+            writer.writerow(header)
+        for r in rows:
+            unknown = [k for k in r if k not in header]
+            if unknown:
+                raise ValueError(
+                    f"payload columns {unknown} are not in the CSV header {header} of "
+                    f"{self._path!r}. Fix: set FileOutputConfig(columns=[...]) to every payload "
+                    "column, or write JSON lines"
+                )
+            writer.writerow([_csv_value(r.get(k)) for k in header])
+        self._header = header
+        return buffer.getvalue().encode("utf-8")
+
+    def _repair(self, length: int) -> int:
+        size = os.path.getsize(self._path) if os.path.exists(self._path) else -1
+        if size < length:
+            raise ValueError(
+                f"output file {self._path!r} is {'missing' if size < 0 else f'{size} bytes'} but "
+                f"its sidecar {self._sidecar!r} records {length} bytes delivered; expected at "
+                "least that much. Fix: restore the file, or delete both files to start over"
+            )
+        if size > length:
+            with open(self._path, "r+b") as f:
+                f.truncate(length)
+                f.flush()
+                os.fsync(f.fileno())
+            self._header = _csv_header(self._path) if self._format == "csv" and length else None
+        return length
+
+    def _read_sidecar(self) -> tuple[int | None, int] | None:
+        try:
+            with open(self._sidecar, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return None
+        try:
+            state = json.loads(text)
+            epoch, length = state["epoch"], state["bytes"]
+            if not (epoch is None or isinstance(epoch, int)) or not isinstance(length, int):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(
+                f"sidecar {self._sidecar!r} is unreadable; expected "
+                f'{{"epoch": <int or null>, "bytes": <int>}}; got {text[:_GOT_LIMIT]!r}. '
+                "Fix: delete it together with the output file to start over"
+            ) from None
+        return epoch, length
+
+    def _write_sidecar(self, epoch: int | None, length: int) -> None:
+        tmp = self._sidecar + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"epoch": epoch, "bytes": length}))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._sidecar)
+        _fsync_dir(os.path.dirname(os.path.abspath(self._sidecar)))
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+class FileOutputFactory(OutputAdapterFactory[FileOutputConfig]):
+    """Makes :class:`FileOutputAdapter` instances (driver); creating one repairs a torn tail."""
+
+    supported_shapes: ClassVar[frozenset[EventShape]] = frozenset(EventShape)
+
+    def create(self, config: FileOutputConfig, shape: EventShape) -> FileOutputAdapter:
+        return FileOutputAdapter(config, shape)

@@ -1,0 +1,55 @@
+"""Running a scripted query on Spark from tests, in as many epoch cuts as asked."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from adapters.memory import (
+    EventScript,
+    MemoryInputConfig,
+    MemoryInputFactory,
+    MemoryOutputConfig,
+    MemoryOutputFactory,
+)
+from bindings import Application, Stream
+from engine import AdvanceTimeSettings, Event, EventShape
+
+_names = itertools.count()
+
+
+@dataclass(frozen=True)
+class In:
+    """How a test binds one scripted input."""
+
+    shape: EventShape = EventShape.POINT
+    settings: AdvanceTimeSettings | None = None
+    schema: str | None = None
+
+
+def spark_run(
+    app: Application,
+    script: EventScript,
+    inputs: Mapping[str, In],
+    build: Callable[[dict[str, Stream]], Stream] | None = None,
+    shape: EventShape = EventShape.POINT,
+    epochs: int | Sequence[int] = 1,
+) -> tuple[list[Event], dict]:
+    """Bind ``inputs`` (in this order) to the script, build the query, run it; return what the
+    sink received and the query's metrics."""
+    streams = {
+        name: Stream.create(
+            name,
+            MemoryInputFactory(),
+            MemoryInputConfig(script=script, schema=spec.schema),
+            spec.shape,
+            spec.settings,
+        )
+        for name, spec in inputs.items()
+    }
+    root = build(streams) if build else next(iter(streams.values()))
+    sink = f"out{next(_names)}"
+    query = root.to_query(app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), shape)
+    query.run(epochs=epochs)
+    return MemoryOutputFactory.collected(sink), query.metrics()

@@ -1,0 +1,122 @@
+"""Hypothesis strategies: scripted inputs of every shape, settings, plans and epoch cuts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from hypothesis import strategies as st
+
+from adapters.memory import EventScript
+from engine import (
+    AdvanceTimeGenerationSettings,
+    AdvanceTimeImportSettings,
+    AdvanceTimePolicy,
+    AdvanceTimeSettings,
+    EventShape,
+    edge_end,
+    edge_start,
+    interval,
+    point,
+)
+
+COLUMNS = ("k", "v")
+SCHEMA = "k bigint, v bigint"
+NAMES = ("a", "b", "c")
+
+
+@dataclass(frozen=True)
+class Case:
+    script: EventScript
+    shapes: dict[str, EventShape]
+    settings: dict[str, AdvanceTimeSettings | None]
+    length: int
+
+    def __repr__(self) -> str:
+        lines = [f"shapes={self.shapes}", f"settings={self.settings}"]
+        for name in self.shapes:
+            for p in self.script.partitions(name):
+                lines.append(f"{name}/{p}: {self.script.items(name, p)}")
+        return "\n".join(lines)
+
+
+generations = st.builds(
+    AdvanceTimeGenerationSettings,
+    st.one_of(st.integers(1, 4), st.sampled_from([5, 10]).map(lambda t: timedelta(microseconds=t))),
+    st.sampled_from([-1, 0, 3]),
+    st.booleans(),
+)
+policies = st.sampled_from([AdvanceTimePolicy.DROP, AdvanceTimePolicy.ADJUST])
+
+
+@st.composite
+def settings_for(draw, index: int) -> AdvanceTimeSettings | None:
+    """Generation and/or import from an earlier input (no cycles), or none at all (rarely)."""
+    imports = None
+    if index > 0 and draw(st.booleans()):
+        imports = AdvanceTimeImportSettings(NAMES[draw(st.integers(0, index - 1))])
+    gen = draw(st.one_of(st.none(), generations)) if imports else draw(generations)
+    if gen is None and imports is None:  # pragma: no cover - excluded above
+        gen = draw(generations)
+    if imports is None and draw(st.integers(0, 9)) == 0:
+        return None  # explicit CTIs only, no policy: violations fail the run
+    return AdvanceTimeSettings(gen, imports, draw(policies))
+
+
+@st.composite
+def cases(draw, max_inputs: int = 1, max_items: int = 18) -> Case:
+    n_inputs = draw(st.integers(1, max_inputs))
+    names = NAMES[:n_inputs]
+    shapes = {
+        n: draw(st.sampled_from([EventShape.POINT, EventShape.INTERVAL, EventShape.EDGE]))
+        for n in names
+    }
+    settings = {n: draw(settings_for(i)) for i, n in enumerate(names)}
+    parts = {n: [str(p) for p in range(draw(st.integers(1, 2)))] for n in names}
+    script = EventScript()
+    for n in names:
+        script.declare(n, *parts[n])
+    open_edges: dict[tuple[str, str], list[tuple[int, dict]]] = {}
+    ended: set[str] = set()
+    length = 0
+    for _ in range(draw(st.integers(0, max_items))):
+        live = [n for n in names if n not in ended]
+        if not live:
+            break
+        name = draw(st.sampled_from(live))
+        part = draw(st.sampled_from(parts[name]))
+        payload = {"k": draw(st.integers(0, 2)), "v": draw(st.integers(0, 3))}
+        t = draw(st.integers(0, 40))
+        action = draw(st.sampled_from(["event", "event", "event", "cti", "close", "end"]))
+        shape = shapes[name]
+        opened = open_edges.setdefault((name, part), [])
+        if action == "end":
+            if draw(st.integers(0, 3)) == 0:
+                script.end(name)
+                ended.add(name)
+                length += 1
+                continue
+            action = "event"
+        if action == "cti":
+            script.cti(name, t, partition=part)
+        elif action == "close" and shape is EventShape.EDGE and opened:
+            start, pl = opened.pop(draw(st.integers(0, len(opened) - 1)))
+            end = start + draw(st.integers(1, 15))
+            script.insert(name, edge_end(start, end, pl), partition=part)
+        elif shape is EventShape.POINT or (shape is EventShape.INTERVAL and draw(st.booleans())):
+            script.insert(name, point(t, payload), partition=part)
+        elif shape is EventShape.INTERVAL:
+            script.insert(name, interval(t, t + draw(st.integers(2, 15)), payload), partition=part)
+        else:
+            script.insert(name, edge_start(t, payload), partition=part)
+            opened.append((t, payload))
+        length += 1
+    return Case(script, shapes, settings, length)
+
+
+@st.composite
+def epoch_cuts(draw, length: int) -> list[int]:
+    """Arrival stamps to cut at (scripts stamp arrival 0, 1, 2, ...)."""
+    if length < 2:
+        return []
+    return sorted(draw(st.sets(st.integers(1, length - 1), min_size=1, max_size=3)))
