@@ -19,7 +19,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from adapters.base import InputAdapter, ItemKind, OutputAdapter, SourceItem
 from engine._spark import parse_schema
 from engine.egress import EgressState, egress_epoch
-from engine.errors import QueryBuildError
+from engine.errors import MalformedRecordError, QueryBuildError
 from engine.events import EdgeType, EventShape
 from engine.ingress import IngressState, InputSpec, PartitionState, _StopEpoch, ingress_epoch
 from engine.operators import UnionState, select, union, where
@@ -39,6 +39,7 @@ _RAW_HEADER = [
     StructField("__inp", IntegerType(), False),
     StructField("__off", LongType(), False),
     StructField("__part", IntegerType(), False),
+    StructField("__error", StringType(), True),
 ]
 
 
@@ -57,29 +58,28 @@ def _reader(
 ) -> Callable[[tuple[int, str]], Iterator[tuple]]:
     """The function the executors run per source partition: items to raw rows."""
 
+    blank = [None] * len(payload)
+
     def read(part: tuple[int, str]) -> Iterator[tuple]:
         p, name = part
+        arrival, offset = 0, 0
         item: SourceItem
-        for item in adapter.read(name, 0):
-            if item.kind is ItemKind.END:
-                yield (
-                    "EOI",
-                    None,
-                    None,
-                    None,
-                    item.arrival,
-                    index,
-                    item.offset,
-                    p,
-                    *([None] * len(payload)),
-                )
-                continue
-            ev = item.event
-            assert ev is not None
-            kind = "CTI" if item.kind is ItemKind.CTI else "INSERT"
-            edge = ev.edge.value if isinstance(ev.edge, EdgeType) else None
-            values = [ev.payload.get(k) for k in payload]
-            yield (kind, edge, ev.start, ev.end, item.arrival, index, item.offset, p, *values)
+        try:
+            for item in adapter.read(name, 0):
+                arrival, offset = item.arrival, item.offset + 1
+                if item.kind is ItemKind.END:
+                    yield ("EOI", None, None, None, arrival, index, item.offset, p, None, *blank)
+                    continue
+                ev = item.event
+                assert ev is not None
+                kind = "CTI" if item.kind is ItemKind.CTI else "INSERT"
+                edge = ev.edge.value if isinstance(ev.edge, EdgeType) else None
+                values = [ev.payload.get(k) for k in payload]
+                yield (kind, edge, ev.start, ev.end, arrival, index, item.offset, p, None, *values)
+        except MalformedRecordError as bad:
+            # Not raised here: the run processes and delivers everything before this record
+            # (in arrival order), then raises it on the driver.
+            yield ("BAD", None, None, None, arrival, index, offset, p, str(bad), *blank)
 
     return read
 
@@ -200,6 +200,16 @@ class Runtime:
             raws[b.spec.index] = df.localCheckpoint()
         return raws
 
+    @staticmethod
+    def _first_malformed(raws: dict[int, DataFrame]):
+        """The first malformed record of any input in arrival order, or None."""
+        first = None
+        for df in raws.values():
+            row = df.filter(F.col("__kind") == "BAD").select(POS, "__error").orderBy(POS).first()
+            if row is not None and (first is None or tuple(row[POS]) < tuple(first[POS])):
+                first = row
+        return first
+
     def _cuts(self, raws: dict[int, DataFrame], epochs: int | Sequence[Any]) -> list[int]:
         if not isinstance(epochs, int):
             return sorted({to_ticks(c, what="epoch cut") for c in epochs})
@@ -219,6 +229,8 @@ class Runtime:
         """Run bounded inputs to their end in epochs (semantics §4), then stop (flushing the
         inputs that flush on stop when ``stop``)."""
         raws = self._read_all()
+        bad = self._first_malformed(raws)
+        limit = tuple(bad[POS]) if bad is not None else None
         cuts = self._cuts(raws, epochs)
         bounds = list(zip([None, *cuts], [*cuts, None], strict=True))
         self._ingress = {
@@ -232,7 +244,7 @@ class Runtime:
             for k, (lo, hi) in enumerate(bounds):
                 last = k == len(bounds) - 1
                 try:
-                    items = self._epoch(raws, lo, hi, stop and last, None)
+                    items = self._epoch(raws, lo, hi, stop and last and bad is None, limit)
                 except _StopEpoch as stopped:
                     items = self._epoch(raws, lo, hi, False, stopped.pos)
                     if delivered is None or k > delivered:
@@ -240,6 +252,8 @@ class Runtime:
                     raise stopped.error from None
                 if delivered is None or k > delivered:
                     self.output.deliver(k, items)
+            if bad is not None:
+                raise MalformedRecordError(bad["__error"])
         finally:
             self.output.close()
             for df in raws.values():

@@ -1,0 +1,124 @@
+"""File inputs and outputs through a whole query on Spark: one partition per file, the input's CTI
+the minimum over files, malformed records stopping the run after everything before them."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from adapters.files import FileInputConfig, FileInputFactory, FileOutputConfig, FileOutputFactory
+from bindings import Stream
+from engine import (
+    AdapterAdvanceTimeSettings,
+    AdvanceTimeGenerationSettings,
+    AdvanceTimePolicy,
+    EventShape,
+    MalformedRecordError,
+)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+EVERY_EVENT = AdapterAdvanceTimeSettings(
+    AdvanceTimeGenerationSettings(1, timedelta(0), True), AdvanceTimePolicy.DROP
+)
+
+
+def iso(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+def write_jsonl(path, rows) -> None:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+
+
+def read_output(path) -> list[tuple[str, str, dict]]:
+    out = []
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        payload = {k: v for k, v in row.items() if k not in ("kind", "start", "end", "edge")}
+        out.append((row["kind"], row["start"], payload))
+    return out
+
+
+def run(app, name, config, out_path, epochs=1):
+    stream = Stream.create(name, FileInputFactory(), config, EventShape.POINT)
+    query = stream.to_query(
+        app,
+        f"{name}-{epochs}",
+        FileOutputFactory(),
+        FileOutputConfig(path=str(out_path)),
+        EventShape.POINT,
+    )
+    query.run(epochs=epochs)
+    return query
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_two_files_are_two_partitions_and_the_input_cti_is_their_minimum(app, tmp_path, epochs):
+    write_jsonl(tmp_path / "a.jsonl", [{"ts": iso(s), "v": s} for s in (1, 2, 3)])
+    write_jsonl(tmp_path / "b.jsonl", [{"ts": iso(s), "v": s} for s in (1.5, 2.5)])
+    config = FileInputConfig(
+        path=str(tmp_path / "*.jsonl"), time_column="ts", advance_time=EVERY_EVENT
+    )
+    out = tmp_path / f"out{epochs}.jsonl"
+    run(app, "files", config, out, epochs)
+    # Row i of every file arrives at i: a1 b1.5 | a2 b2.5 | a3, end of b | end of a. Each file's
+    # CTI follows its own events; the input's CTI is the smaller of the two.
+    ins = lambda s: ("INSERT", iso(s), {"v": s})  # noqa: E731
+    ct = lambda s: ("CTI", iso(s), {})  # noqa: E731
+    assert read_output(out) == [
+        ct(1),
+        ins(1),
+        ct(1.5),
+        ins(1.5),
+        ct(2),
+        ins(2),
+        ct(2.5),
+        ins(2.5),
+        ct(3),
+        ins(3),
+        ("CTI", "+inf", {}),
+    ]
+
+
+def test_a_malformed_record_stops_the_run_after_delivering_everything_before_it(app, tmp_path):
+    write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"ts": iso(1), "v": 1}, {"ts": iso(2), "v": 2}, '{"ts": broken', {"ts": iso(4), "v": 4}],
+    )
+    config = FileInputConfig(
+        path=str(tmp_path / "in.jsonl"),
+        time_column="ts",
+        advance_time=EVERY_EVENT,
+        schema="v bigint",
+    )
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(MalformedRecordError, match=r"in\.jsonl, line 3") as error:
+        run(app, "bad", config, out)
+    assert "Fix" in str(error.value)
+    # CTIs at 1 s and 2 s were generated before the bad record; no flush, the run failed.
+    assert read_output(out) == [
+        ("CTI", iso(1), {}),
+        ("INSERT", iso(1), {"v": 1}),
+        ("CTI", iso(2), {}),
+    ]
+
+
+def test_with_a_dead_letter_file_malformed_records_are_set_aside(app, tmp_path):
+    write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"ts": iso(1), "v": 1}, {"ts": "2026-01-01T00:00:02", "v": 2}, {"ts": iso(4), "v": 4}],
+    )
+    dead = tmp_path / "dead.jsonl"
+    config = FileInputConfig(
+        path=str(tmp_path / "in.jsonl"),
+        time_column="ts",
+        advance_time=EVERY_EVENT,
+        dead_letter_path=str(dead),
+    )
+    out = tmp_path / "out.jsonl"
+    run(app, "dead", config, out)
+    assert [r[2] for r in read_output(out) if r[0] == "INSERT"] == [{"v": 1}, {"v": 4}]
+    letters = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert [(x["line"], "naive" in x["error"]) for x in letters] == [(2, True)]

@@ -1,0 +1,108 @@
+"""Adapter factories as users subclass them: declared settings, binding-level overrides, shapes."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+
+from adapters.base import InputAdapterFactory
+from adapters.memory import (
+    EventScript,
+    MemoryInputConfig,
+    MemoryInputFactory,
+    MemoryOutputConfig,
+    MemoryOutputFactory,
+)
+from bindings import Stream
+from engine import (
+    AdapterAdvanceTimeSettings,
+    AdvanceTimeGenerationSettings,
+    AdvanceTimePolicy,
+    AdvanceTimeSettings,
+    EventShape,
+    QueryBuildError,
+    cti,
+    point,
+)
+
+
+class CountingFactory(MemoryInputFactory):
+    """Declares a CTI after every 2 events and records every call it gets."""
+
+    calls: ClassVar[list[tuple[str, object, EventShape]]] = []
+
+    def create(self, config, shape):
+        self.calls.append(("create", config, shape))
+        return super().create(config, shape)
+
+    def declare_advance_time_properties(self, config, shape):
+        self.calls.append(("declare", config, shape))
+        return AdapterAdvanceTimeSettings(AdvanceTimeGenerationSettings(2), AdvanceTimePolicy.DROP)
+
+
+def _script() -> EventScript:
+    script = EventScript()
+    for t in (10, 20, 30, 40):
+        script.insert("a", point(t, {"v": t}))
+    return script
+
+
+def _run(app, settings=None, name="f"):
+    config = MemoryInputConfig(script=_script())
+    stream = Stream.create("a", CountingFactory(), config, EventShape.POINT, settings)
+    q = stream.to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
+    )
+    q.run()
+    return config, MemoryOutputFactory.collected(name)
+
+
+def test_the_factory_declares_settings_once_per_adapter_with_the_same_config_and_shape(app):
+    CountingFactory.calls.clear()
+    config, out = _run(app, name="declared")
+    assert CountingFactory.calls == [
+        ("create", config, EventShape.POINT),
+        ("declare", config, EventShape.POINT),
+    ]
+    # Every 2nd event: CTIs at 20 and 40.
+    assert out == [
+        point(10, {"v": 10}),
+        cti(20),
+        point(20, {"v": 20}),
+        point(30, {"v": 30}),
+        cti(40),
+    ]
+
+
+def test_binding_level_settings_override_the_factorys(app):
+    _, out = _run(app, AdvanceTimeSettings.increasing_start_time(), name="override")
+    assert out == [
+        cti(10),
+        point(10, {"v": 10}),
+        cti(20),
+        point(20, {"v": 20}),
+        cti(30),
+        point(30, {"v": 30}),
+        cti(40),
+        point(40, {"v": 40}),
+        cti(2**63 - 1),
+    ]
+
+
+class PointsOnly(MemoryInputFactory):
+    supported_shapes = frozenset({EventShape.POINT})
+
+
+def test_a_shape_the_factory_cannot_make_fails_when_the_query_is_built(app):
+    stream = Stream.create("a", PointsOnly(), MemoryInputConfig(script=_script()), EventShape.EDGE)
+    with pytest.raises(QueryBuildError, match=r"PointsOnly cannot make EDGE.*supports \['POINT'\]"):
+        stream.to_query(
+            app, "shape", MemoryOutputFactory(), MemoryOutputConfig(name="shape"), EventShape.POINT
+        )
+
+
+def test_factories_must_be_instances():
+    with pytest.raises(TypeError, match="InputAdapterFactory instance"):
+        Stream.create("a", MemoryInputFactory, None, EventShape.POINT)  # type: ignore[arg-type]
+    assert issubclass(MemoryInputFactory, InputAdapterFactory)
