@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column
@@ -9,8 +11,19 @@ from pyspark.sql import functions as F
 
 from adapters.base import InputAdapterFactory, OutputAdapterFactory
 from engine.events import EventShape
-from engine.plan import InputNode, Node, SelectNode, UnionNode, WhereNode
+from engine.plan import InputNode, LifetimeNode, Node, SelectNode, UnionNode, WhereNode
 from engine.settings import AdvanceTimeSettings
+from engine.temporal import to_duration_ticks
+
+
+def _positive(value: timedelta | int, what: str) -> int:
+    ticks = to_duration_ticks(value, what=what)
+    if ticks < 1:
+        raise ValueError(
+            f"{what} must be at least 1 tick (1 µs); got {value!r}. Fix: pass a positive timedelta"
+        )
+    return ticks
+
 
 if TYPE_CHECKING:
     from bindings.application import Application
@@ -84,6 +97,37 @@ class Stream:
         if not others:
             raise ValueError("union() needs at least one other stream")
         return Stream(UnionNode((self._node, *(o.node for o in others))))
+
+    def shift_event_time(self, delta: timedelta | int) -> Stream:
+        """Move every event by ``delta`` (``[start + d, end + d)``); CTIs move by ``delta`` too."""
+        return Stream(LifetimeNode(self._node, shift=to_duration_ticks(delta, what="delta")))
+
+    def alter_event_duration(self, duration: timedelta | int) -> Stream:
+        """Give every event the lifetime ``[start, start + duration)``; CTIs are unchanged.
+        START edges become intervals at once."""
+        return Stream(LifetimeNode(self._node, duration=_positive(duration, "duration")))
+
+    def alter_event_lifetime(
+        self, start_fn: Callable[[Column], Column], duration: timedelta | int
+    ) -> Stream:
+        """``start = start_fn(start)``, ``end = start + duration``; CTIs become ``start_fn(c)``.
+
+        ``start_fn`` maps a Column of int64 ticks to one, and must be non-decreasing (e.g.
+        ``lambda s: s - s % 60_000_000`` snaps starts to the minute); otherwise a CTI could be
+        moved past an event it should not commit.
+        """
+        if not callable(start_fn):
+            raise TypeError(
+                f"start_fn must map a Column of ticks to a Column; got {start_fn!r}. Fix: pass "
+                "e.g. lambda s: s - s % 60_000_000"
+            )
+        return Stream(
+            LifetimeNode(self._node, start_fn=start_fn, duration=_positive(duration, "duration"))
+        )
+
+    def to_point(self) -> Stream:
+        """Every event becomes a point at its start; CTIs are unchanged."""
+        return Stream(LifetimeNode(self._node, duration=1))
 
     def to_query(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +12,7 @@ from pyspark.sql import Column
 from engine.events import EventShape
 from engine.settings import AdvanceTimeSettings
 
-__all__ = ["InputNode", "Node", "SelectNode", "UnionNode", "WhereNode", "walk"]
+__all__ = ["InputNode", "LifetimeNode", "Node", "SelectNode", "UnionNode", "WhereNode", "walk"]
 
 _creation = itertools.count()
 
@@ -51,6 +51,20 @@ class WhereNode(Node):
 class SelectNode(Node):
     child: Node
     columns: tuple[Column | str, ...]
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
+
+
+@dataclass(eq=False)
+class LifetimeNode(Node):
+    """``start' = start_fn(start + shift)``; ``end' = start' + duration`` or, without a duration,
+    ``end + shift``. See :mod:`engine.operators.lifetime`."""
+
+    child: Node
+    shift: int = 0
+    start_fn: Callable[[Column], Column] | None = None
+    duration: int | None = None
 
     def children(self) -> Sequence[Node]:
         return (self.child,)

@@ -22,8 +22,8 @@ from engine.egress import EgressState, egress_epoch
 from engine.errors import MalformedRecordError, QueryBuildError
 from engine.events import EdgeType, EventShape
 from engine.ingress import IngressState, InputSpec, PartitionState, _StopEpoch, ingress_epoch
-from engine.operators import UnionState, select, union, where
-from engine.plan import InputNode, Node, SelectNode, UnionNode, WhereNode, walk
+from engine.operators import LifetimeState, UnionState, alter_lifetime, select, union, where
+from engine.plan import InputNode, LifetimeNode, Node, SelectNode, UnionNode, WhereNode, walk
 from engine.rows import POS, EpochCache, Flow, payload_columns, pos_literal
 from engine.schema import check_payload_names
 from engine.temporal import to_ticks
@@ -237,7 +237,7 @@ class Runtime:
             b.spec.index: IngressState([PartitionState() for _ in b.spec.partitions])
             for b in self.inputs
         }
-        self._unions: dict[int, UnionState] = {}
+        self._ops: dict[int, Any] = {}
         self._egress = EgressState()
         delivered = self.output.delivered_through()
         try:
@@ -302,7 +302,7 @@ class Runtime:
     def _epoch_plan(self, raws, lo, hi, stopping, before, cache: EpochCache) -> list:
         flows: dict[int, Flow] = {}
         ingress = dict(self._ingress)
-        unions = dict(self._unions)
+        ops = dict(self._ops)
         for b in self._order:
             raw = raws[b.spec.index]
             if lo is not None:
@@ -332,9 +332,19 @@ class Runtime:
                 flows[id(node)] = where(flows[id(node.child)], node.condition)
             elif isinstance(node, SelectNode):
                 flows[id(node)] = select(flows[id(node.child)], node.columns)
+            elif isinstance(node, LifetimeNode):
+                st = ops.get(id(node)) or LifetimeState()
+                flows[id(node)], ops[id(node)] = alter_lifetime(
+                    flows[id(node.child)],
+                    shift=node.shift,
+                    start_fn=node.start_fn,
+                    duration=node.duration,
+                    state=st,
+                    cache=cache,
+                )
             elif isinstance(node, UnionNode):
-                st = unions.get(id(node)) or UnionState.initial(len(node.inputs))
-                flows[id(node)], unions[id(node)] = union(
+                st = ops.get(id(node)) or UnionState.initial(len(node.inputs))
+                flows[id(node)], ops[id(node)] = union(
                     [flows[id(c)] for c in node.inputs], st, cache
                 )
             else:  # pragma: no cover - every node type is handled above
@@ -343,7 +353,7 @@ class Runtime:
         items, egress = egress_epoch(
             root, self.output_shape, payload_columns(root.events), self._egress, cache
         )
-        self._ingress, self._unions, self._egress = ingress, unions, egress
+        self._ingress, self._ops, self._egress = ingress, ops, egress
         return items
 
     def _node(self, name: str) -> InputNode:

@@ -2,5 +2,6 @@
 flow, and moves CTIs by its rule from semantics §5, quoted in its docstring."""
 
 from engine.operators.basic import UnionState, select, union, where
+from engine.operators.lifetime import LifetimeState, alter_lifetime
 
-__all__ = ["UnionState", "select", "union", "where"]
+__all__ = ["LifetimeState", "UnionState", "alter_lifetime", "select", "union", "where"]

@@ -10,7 +10,18 @@ from pyspark.sql import functions as F
 
 from engine import CtiViolationError, EventShape, MalformedRecordError
 from tests.harness import In, spark_run
-from tests.reference import Binding, Input, Select, Union, Where, run_reference
+from tests.reference import (
+    AlterEventDuration,
+    AlterEventLifetime,
+    Binding,
+    Input,
+    Select,
+    ShiftEventTime,
+    ToPoint,
+    Union,
+    Where,
+    run_reference,
+)
 from tests.strategies import COLUMNS, SCHEMA, Case, cases, epoch_cuts
 
 SHAPES = st.sampled_from([EventShape.POINT, EventShape.INTERVAL, EventShape.EDGE])
@@ -68,5 +79,42 @@ def test_unions_of_inputs_with_imports_match_the_reference(app, data, case, shap
     def build(s):
         first, *rest = (s[n] for n in names)
         return first.union(*rest) if rest else first
+
+    _agree(app, case, plan, build, shape, cuts)
+
+
+# Unary operators as (reference node, Spark stream method) pairs.
+UNARY = {
+    "where": (lambda n: Where(n, lambda p: p["v"] > 1), lambda s: s.where(F.col("v") > 1)),
+    "shift+5": (lambda n: ShiftEventTime(n, 5), lambda s: s.shift_event_time(5)),
+    "shift-7": (lambda n: ShiftEventTime(n, -7), lambda s: s.shift_event_time(-7)),
+    "duration4": (lambda n: AlterEventDuration(n, 4), lambda s: s.alter_event_duration(4)),
+    "to_point": (ToPoint, lambda s: s.to_point()),
+    "snap10": (
+        lambda n: AlterEventLifetime(n, lambda t: t - t % 10, 3),
+        lambda s: s.alter_event_lifetime(lambda c: c - F.pmod(c, F.lit(10)), 3),
+    ),
+}
+
+
+@given(
+    data=st.data(),
+    case=cases(max_inputs=2, max_items=20),
+    shape=SHAPES,
+    chain=st.lists(st.sampled_from(sorted(UNARY)), min_size=1, max_size=3),
+)
+def test_chains_of_lifetime_operators_match_the_reference(app, data, case, shape, chain):
+    cuts = data.draw(epoch_cuts(case.length))
+    names = list(case.shapes)
+    plan = Union(tuple(Input(n) for n in names)) if len(names) > 1 else Input(names[0])
+    for op in chain:
+        plan = UNARY[op][0](plan)
+
+    def build(s):
+        first, *rest = (s[n] for n in names)
+        stream = first.union(*rest) if rest else first
+        for op in chain:
+            stream = UNARY[op][1](stream)
+        return stream
 
     _agree(app, case, plan, build, shape, cuts)

@@ -1,5 +1,31 @@
 """The reference interpreter of the temporal contract: the oracle for the Spark engine's tests."""
 
-from .interpreter import Binding, Input, Node, Result, Select, Union, Where, run_reference
+from .interpreter import (
+    AlterEventDuration,
+    AlterEventLifetime,
+    Binding,
+    Input,
+    Node,
+    Result,
+    Select,
+    ShiftEventTime,
+    ToPoint,
+    Union,
+    Where,
+    run_reference,
+)
 
-__all__ = ["Binding", "Input", "Node", "Result", "Select", "Union", "Where", "run_reference"]
+__all__ = [
+    "AlterEventDuration",
+    "AlterEventLifetime",
+    "Binding",
+    "Input",
+    "Node",
+    "Result",
+    "Select",
+    "ShiftEventTime",
+    "ToPoint",
+    "Union",
+    "Where",
+    "run_reference",
+]

@@ -58,11 +58,15 @@ from engine.settings import AdvanceTimePolicy, AdvanceTimeSettings
 from engine.temporal import MAX_TIME, MIN_TIME, format_ticks, saturating_sub
 
 __all__ = [
+    "AlterEventDuration",
+    "AlterEventLifetime",
     "Binding",
     "Input",
     "Node",
     "Result",
     "Select",
+    "ShiftEventTime",
+    "ToPoint",
     "Union",
     "Where",
     "run_reference",
@@ -101,7 +105,48 @@ class Union:
     children: tuple[Node, ...]
 
 
-Node = Input | Where | Select | Union
+@dataclass(frozen=True)
+class ShiftEventTime:
+    """§5: ``[start + delta, end + delta)``; output CTI ``c + delta``."""
+
+    child: Node
+    delta: int
+
+
+@dataclass(frozen=True)
+class AlterEventDuration:
+    """§5: ``end = start + duration``; output CTI unchanged."""
+
+    child: Node
+    duration: int
+
+
+@dataclass(frozen=True)
+class AlterEventLifetime:
+    """§5: ``start = start_fn(start)``, ``end = start + duration``; output CTI ``start_fn(c)``."""
+
+    child: Node
+    start_fn: Callable[[int], int]
+    duration: int
+
+
+@dataclass(frozen=True)
+class ToPoint:
+    """§5: ``end = start + 1``; output CTI unchanged."""
+
+    child: Node
+
+
+Node = (
+    Input
+    | Where
+    | Select
+    | Union
+    | ShiftEventTime
+    | AlterEventDuration
+    | AlterEventLifetime
+    | ToPoint
+)
 
 
 @dataclass(frozen=True)
@@ -404,7 +449,45 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
         return out
     if isinstance(node, Union):
         return _union([_evaluate(child, inputs) for child in node.children])
-    raise TypeError(f"not a plan node: {node!r}; expected Input, Where, Select or Union")
+    if isinstance(node, ShiftEventTime):
+        d = node.delta
+        return _lifetime(_evaluate(node.child, inputs), lambda t: saturating_sub(t, -d), None)
+    if isinstance(node, AlterEventDuration):
+        return _lifetime(_evaluate(node.child, inputs), lambda t: t, node.duration)
+    if isinstance(node, ToPoint):
+        return _lifetime(_evaluate(node.child, inputs), lambda t: t, 1)
+    if isinstance(node, AlterEventLifetime):
+        return _lifetime(_evaluate(node.child, inputs), node.start_fn, node.duration)
+    raise TypeError(f"not a plan node: {node!r}")
+
+
+def _lifetime(rows: list[_Row], move: Callable[[int], int], duration: int | None) -> list[_Row]:
+    """Move each start (and each CTI) by ``move``. With a duration, ``end = start + duration``:
+    a START edge becomes that interval at once and its END edge is dropped. Without one, ends
+    move like starts and edges stay edges. CTIs at +-inf stay; a CTI is emitted when it rises."""
+
+    def moved(t: int) -> int:
+        return t if t in (MIN_TIME, MAX_TIME) else move(t)
+
+    out: list[_Row] = []
+    current = MIN_TIME
+    for row in rows:
+        e = row.event
+        if e.is_cti:
+            c = moved(e.start)
+            if c > current:
+                current = c
+                out.append(_Row(row.position, cti(c)))
+            continue
+        if duration is None:
+            new = Event(e.kind, moved(e.start), moved(e.end), e.payload, e.edge)
+        elif e.edge is EdgeType.END:
+            continue
+        else:
+            start = moved(e.start)
+            new = Event(e.kind, start, saturating_sub(start, -duration), e.payload, None)
+        out.append(_Row(row.position, new))
+    return out
 
 
 def _union(children: list[list[_Row]]) -> list[_Row]:
@@ -556,11 +639,11 @@ def _check_bindings(bindings: Sequence[Binding], plan: Node) -> None:
     def leaves(node: Node) -> list[str]:
         if isinstance(node, Input):
             return [node.name]
-        if isinstance(node, Where | Select):
-            return leaves(node.child)
         if isinstance(node, Union):
             return [n for c in node.children for n in leaves(c)]
-        raise TypeError(f"not a plan node: {node!r}; expected Input, Where, Select or Union")
+        if hasattr(node, "child"):
+            return leaves(node.child)
+        raise TypeError(f"not a plan node: {node!r}")
 
     for name in leaves(plan):
         if name not in names:

@@ -1,0 +1,85 @@
+"""Operators that change event lifetimes, and move CTIs with them (semantics §5).
+
+``shift_event_time(d)``: ``[start + d, end + d)``, CTI ``c + d``. ``alter_event_duration(d)`` and
+``to_point()``: ``end = start + d`` (1 tick), CTI unchanged. ``alter_event_lifetime(f, d)``:
+``start = f(start)``, ``end = start + d``, CTI ``f(c)`` for a non-decreasing ``f``. The seeds:
+"ShiftEventTime() and AlterEventLifeTime() methods both change the start time of events, and the
+same transformation will be applied to CTIs."
+
+Edges: a shift keeps an edge an edge (its END edge is shifted too). Operators that set the end
+from the start turn a START edge into a complete interval at once; its END edge is then
+irrelevant and dropped. CTIs at ``±inf`` stay there; an output CTI is emitted only when it rises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.sql import Column, Window
+from pyspark.sql import functions as F
+
+from engine.rows import CTI, EDGE, END, HEADER, KIND, POS, START, EpochCache, Flow, saturating_sub
+from engine.temporal import MAX_TIME, MIN_TIME
+
+__all__ = ["LifetimeState", "alter_lifetime"]
+
+
+@dataclass
+class LifetimeState:
+    """The last CTI the operator emitted."""
+
+    emitted: int = MIN_TIME
+
+
+def alter_lifetime(
+    flow: Flow,
+    *,
+    shift: int = 0,
+    start_fn: Callable[[Column], Column] | None = None,
+    duration: int | None = None,
+    state: LifetimeState,
+    cache: EpochCache,
+) -> tuple[Flow, LifetimeState]:
+    """``start' = start_fn(start + shift)`` (or ``start + shift``); ``end' = start' + duration``
+    when a duration is given (edges become intervals), else ``end + shift`` (edges stay edges).
+    The same map moves the CTIs."""
+
+    def move(col: Column) -> Column:
+        shifted = saturating_sub(col, -shift)
+        if start_fn is None:
+            return shifted
+        return F.when(col.isin(MIN_TIME, MAX_TIME), col).otherwise(start_fn(shifted))
+
+    payload = [c for c in flow.events.columns if c not in HEADER]
+    events = flow.events
+    if duration is None:
+        events = events.select(
+            KIND,
+            EDGE,
+            move(F.col(START)).alias(START),
+            saturating_sub(F.col(END), -shift).alias(END),
+            POS,
+            *payload,
+        )
+    else:
+        new_start = move(F.col(START))
+        events = events.filter(~F.col(EDGE).eqNullSafe("END")).select(
+            KIND,
+            F.lit(None).cast("string").alias(EDGE),
+            new_start.alias(START),
+            saturating_sub(new_start, -duration).alias(END),
+            POS,
+            *payload,
+        )
+    moved = flow.ctis.select(POS, move(F.col(CTI)).alias(CTI))
+    before = Window.orderBy(POS).rowsBetween(Window.unboundedPreceding, -1)
+    ctis = cache.keep(
+        moved.withColumn("__prev", F.greatest(F.lit(state.emitted), F.max(CTI).over(before)))
+        .filter(F.col(CTI) > F.col("__prev"))
+        .drop("__prev")
+    )
+    last = ctis.agg(F.max(CTI)).first()[0]
+    return Flow(events, ctis), LifetimeState(
+        max(state.emitted, last if last is not None else MIN_TIME)
+    )
