@@ -31,3 +31,7 @@ class Query:
         """Per input: events in, CTIs explicit / generated / imported / ignored, dropped,
         adjusted, and the input's current CTI (ticks)."""
         return self._runtime.metrics()
+
+    def operator_metrics(self) -> dict[str, dict[str, Any]]:
+        """Per stateful operator: the rows of state it holds and the last CTI it emitted."""
+        return self._runtime.operator_metrics()

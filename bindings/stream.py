@@ -11,7 +11,16 @@ from pyspark.sql import functions as F
 
 from adapters.base import InputAdapterFactory, OutputAdapterFactory
 from engine.events import EventShape
-from engine.plan import InputNode, LifetimeNode, Node, SelectNode, UnionNode, WhereNode
+from engine.operators.window import WindowOutput
+from engine.plan import (
+    InputNode,
+    LifetimeNode,
+    Node,
+    SelectNode,
+    UnionNode,
+    WhereNode,
+    WindowNode,
+)
 from engine.settings import AdvanceTimeSettings
 from engine.temporal import to_duration_ticks
 
@@ -29,7 +38,7 @@ if TYPE_CHECKING:
     from bindings.application import Application
     from bindings.query import Query
 
-__all__ = ["Stream"]
+__all__ = ["Stream", "WindowedStream"]
 
 
 class Stream:
@@ -129,6 +138,25 @@ class Stream:
         """Every event becomes a point at its start; CTIs are unchanged."""
         return Stream(LifetimeNode(self._node, duration=1))
 
+    def tumbling_window(
+        self, size: timedelta | int, *, output: WindowOutput = WindowOutput.WINDOW
+    ) -> WindowedStream:
+        """Windows ``[k * size, (k + 1) * size)``; follow with ``group_by`` and ``aggregate``."""
+        ticks = _positive(size, "size")
+        return WindowedStream(self._node, ticks, ticks, WindowOutput(output))
+
+    def hopping_window(
+        self,
+        size: timedelta | int,
+        hop: timedelta | int,
+        *,
+        output: WindowOutput = WindowOutput.WINDOW,
+    ) -> WindowedStream:
+        """Windows ``[k * hop, k * hop + size)``; an event counts in every window it overlaps."""
+        return WindowedStream(
+            self._node, _positive(size, "size"), _positive(hop, "hop"), WindowOutput(output)
+        )
+
     def to_query(
         self,
         app: Application,
@@ -139,3 +167,41 @@ class Stream:
     ) -> Query:
         """Bind this stream to an output adapter: a query of ``app`` named ``name``."""
         return app._query(name, self._node, factory, config, shape)
+
+
+class WindowedStream:
+    """A stream cut into windows, waiting for its aggregate: ``.group_by(...).aggregate(...)`` or
+    ``.aggregate(...)`` over all events of each window."""
+
+    def __init__(
+        self, node: Node, size: int, hop: int, output: WindowOutput, keys: tuple[str, ...] = ()
+    ) -> None:
+        self._node, self._size, self._hop, self._output, self._keys = node, size, hop, output, keys
+
+    def group_by(self, *keys: str) -> WindowedStream:
+        """Group each window's events by these payload columns: one result per group."""
+        if not keys or not all(isinstance(k, str) and k for k in keys):
+            raise ValueError(f"group_by() takes payload column names; got {keys!r}")
+        return WindowedStream(self._node, self._size, self._hop, self._output, keys)
+
+    def aggregate(self, **aggregates: Column) -> Stream:
+        """One event per non-empty window (and group): the group keys and these named aggregate
+        Columns, e.g. ``n=F.count("*"), avg_v=F.avg("v")`` or a pandas UDAF."""
+        if not aggregates:
+            raise ValueError("aggregate() needs at least one named aggregate, e.g. n=F.count('*')")
+        for name, col in aggregates.items():
+            if not isinstance(col, Column):
+                raise TypeError(
+                    f"aggregate {name!r} must be a PySpark aggregate Column; got {col!r}. "
+                    "Fix: e.g. F.sum('v'), or a pandas_udf of type GROUPED_AGG"
+                )
+        return Stream(
+            WindowNode(
+                self._node,
+                self._size,
+                self._hop,
+                self._keys,
+                tuple(aggregates.items()),
+                self._output is WindowOutput.POINT_AT_END,
+            )
+        )

@@ -12,6 +12,7 @@ from engine.events import (
     interval,
     point,
 )
+from engine.operators.window import WindowOutput
 from engine.settings import (
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
@@ -37,6 +38,7 @@ __all__ = [
     "EventShape",
     "MalformedRecordError",
     "QueryBuildError",
+    "WindowOutput",
     "cti",
     "edge_end",
     "edge_start",

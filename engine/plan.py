@@ -12,7 +12,16 @@ from pyspark.sql import Column
 from engine.events import EventShape
 from engine.settings import AdvanceTimeSettings
 
-__all__ = ["InputNode", "LifetimeNode", "Node", "SelectNode", "UnionNode", "WhereNode", "walk"]
+__all__ = [
+    "InputNode",
+    "LifetimeNode",
+    "Node",
+    "SelectNode",
+    "UnionNode",
+    "WhereNode",
+    "WindowNode",
+    "walk",
+]
 
 _creation = itertools.count()
 
@@ -65,6 +74,21 @@ class LifetimeNode(Node):
     shift: int = 0
     start_fn: Callable[[Column], Column] | None = None
     duration: int | None = None
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
+
+
+@dataclass(eq=False)
+class WindowNode(Node):
+    """A tumbling or hopping window with grouping keys and named aggregate Columns."""
+
+    child: Node
+    size: int
+    hop: int
+    keys: tuple[str, ...]
+    aggregates: tuple[tuple[str, Column], ...]
+    point_at_end: bool = False
 
     def children(self) -> Sequence[Node]:
         return (self.child,)

@@ -23,7 +23,17 @@ from engine.errors import MalformedRecordError, QueryBuildError
 from engine.events import EdgeType, EventShape
 from engine.ingress import IngressState, InputSpec, PartitionState, _StopEpoch, ingress_epoch
 from engine.operators import LifetimeState, UnionState, alter_lifetime, select, union, where
-from engine.plan import InputNode, LifetimeNode, Node, SelectNode, UnionNode, WhereNode, walk
+from engine.operators.window import WindowSpec, WindowState, window_aggregate
+from engine.plan import (
+    InputNode,
+    LifetimeNode,
+    Node,
+    SelectNode,
+    UnionNode,
+    WhereNode,
+    WindowNode,
+    walk,
+)
 from engine.rows import POS, EpochCache, Flow, payload_columns, pos_literal
 from engine.schema import check_payload_names
 from engine.temporal import to_ticks
@@ -283,6 +293,21 @@ class Runtime:
             out[b.spec.name] = m
         return out
 
+    def operator_metrics(self) -> dict[str, dict[str, Any]]:
+        """Per stateful operator (``"<n>:<kind>"`` in plan order): rows of state it holds now and
+        the last CTI it emitted. Counting the state runs a small Spark job."""
+        out = {}
+        for i, node in enumerate(walk(self.root)):
+            st = self._ops.get(id(node))
+            if st is None:
+                continue
+            held = getattr(st, "held", None)
+            out[f"{i}:{type(node).__name__.removesuffix('Node').lower()}"] = {
+                "state_rows": held.count() if held is not None else 0,
+                "cti": st.emitted,
+            }
+        return out
+
     def _epoch(
         self,
         raws: dict[int, DataFrame],
@@ -341,6 +366,13 @@ class Runtime:
                     duration=node.duration,
                     state=st,
                     cache=cache,
+                )
+            elif isinstance(node, WindowNode):
+                spec = WindowSpec(
+                    node.size, node.hop, node.keys, node.aggregates, node.point_at_end
+                )
+                flows[id(node)], ops[id(node)] = window_aggregate(
+                    flows[id(node.child)], spec, ops.get(id(node)) or WindowState(), cache
                 )
             elif isinstance(node, UnionNode):
                 st = ops.get(id(node)) or UnionState.initial(len(node.inputs))

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from engine import CtiViolationError, EventShape, MalformedRecordError
+from engine import CtiViolationError, EventShape, MalformedRecordError, WindowOutput
 from tests.harness import In, spark_run
 from tests.reference import (
     AlterEventDuration,
@@ -20,6 +20,7 @@ from tests.reference import (
     ToPoint,
     Union,
     Where,
+    Window,
     run_reference,
 )
 from tests.strategies import COLUMNS, SCHEMA, Case, cases, epoch_cuts
@@ -116,5 +117,50 @@ def test_chains_of_lifetime_operators_match_the_reference(app, data, case, shape
         for op in chain:
             stream = UNARY[op][1](stream)
         return stream
+
+    _agree(app, case, plan, build, shape, cuts)
+
+
+GRIDS = [(10, 10), (10, 5), (6, 4), (4, 6)]  # (size, hop): tumbling, hopping, gapped
+
+
+@given(
+    data=st.data(),
+    case=cases(max_inputs=2, max_items=20),
+    shape=SHAPES,
+    grid=st.sampled_from(GRIDS),
+    keyed=st.booleans(),
+    at_end=st.booleans(),
+    pre=st.sampled_from(["-", "where", "shift-7"]),
+)
+def test_windows_with_aggregates_match_the_reference(
+    app, data, case, shape, grid, keyed, at_end, pre
+):
+    cuts = data.draw(epoch_cuts(case.length))
+    names = list(case.shapes)
+    size, hop = grid
+    keys = ("k",) if keyed else ()
+    plan = Union(tuple(Input(n) for n in names)) if len(names) > 1 else Input(names[0])
+    if pre != "-":
+        plan = UNARY[pre][0](plan)
+    plan = Window(
+        plan,
+        size,
+        hop,
+        keys,
+        (("n", len), ("s", lambda rows: sum(r["v"] for r in rows))),
+        point_at_end=at_end,
+    )
+
+    def build(s):
+        first, *rest = (s[n] for n in names)
+        stream = first.union(*rest) if rest else first
+        if pre != "-":
+            stream = UNARY[pre][1](stream)
+        output = WindowOutput.POINT_AT_END if at_end else WindowOutput.WINDOW
+        windowed = stream.hopping_window(size, hop, output=output)
+        if keys:
+            windowed = windowed.group_by(*keys)
+        return windowed.aggregate(n=F.count("*"), s=F.sum("v"))
 
     _agree(app, case, plan, build, shape, cuts)

@@ -12,6 +12,7 @@ from .interpreter import (
     ToPoint,
     Union,
     Where,
+    Window,
     run_reference,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "ToPoint",
     "Union",
     "Where",
+    "Window",
     "run_reference",
 ]

@@ -69,6 +69,7 @@ __all__ = [
     "ToPoint",
     "Union",
     "Where",
+    "Window",
     "run_reference",
 ]
 
@@ -137,6 +138,24 @@ class ToPoint:
     child: Node
 
 
+@dataclass(frozen=True)
+class Window:
+    """§5 hopping (``hop < size``) and tumbling (``hop == size``) windows with an aggregate.
+
+    One event per non-empty window and group; ``aggregates`` map a result column to a function
+    of the list of member payloads. ``point_at_end``: the result is a point at the window end
+    instead of the window's lifetime. Output CTI: the start (or, for points, the end) of the
+    earliest window still open.
+    """
+
+    child: Node
+    size: int
+    hop: int
+    keys: tuple[str, ...]
+    aggregates: tuple[tuple[str, Callable[[list[dict]], Any]], ...]
+    point_at_end: bool = False
+
+
 Node = (
     Input
     | Where
@@ -146,6 +165,7 @@ Node = (
     | AlterEventDuration
     | AlterEventLifetime
     | ToPoint
+    | Window
 )
 
 
@@ -458,7 +478,95 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
         return _lifetime(_evaluate(node.child, inputs), lambda t: t, 1)
     if isinstance(node, AlterEventLifetime):
         return _lifetime(_evaluate(node.child, inputs), node.start_fn, node.duration)
+    if isinstance(node, Window):
+        return _window(node, _evaluate(node.child, inputs))
     raise TypeError(f"not a plan node: {node!r}")
+
+
+@dataclass
+class _Member:
+    """An event a window operator holds: its end is +inf while it is an open edge."""
+
+    start: int
+    end: int
+    payload: dict[str, Any]
+    open: bool
+
+
+def _window(node: Window, rows: list[_Row]) -> list[_Row]:
+    """Item by item: events join the operator; an END edge closes the oldest open identical
+    edge; an input CTI ``c`` completes every window ``[ws, ws + size)`` with ``ws + size <= c``
+    not completed before, emitting one result per non-empty window and group (at the CTI's
+    position, before the CTI), then the pulled-back CTI if it rises.
+
+    At ``c = +inf`` the windows that complete are those starting at or before ``latest``: the
+    largest ``max(start, end - 1)`` of any event received (``start`` for an edge still open), so
+    an edge never closed does not make windows without end.
+    """
+    size, hop = node.size, node.hop
+    members: list[_Member] = []
+    last = MIN_TIME  # the input CTI up to which windows are complete
+    latest = MIN_TIME
+    emitted = MIN_TIME
+    out: list[_Row] = []
+
+    def pulled(c: int) -> int:
+        if c in (MIN_TIME, MAX_TIME):
+            return c
+        first_open = ((c - size) // hop) * hop + hop  # smallest ws on the grid with ws+size > c
+        return first_open + size if node.point_at_end else first_open
+
+    for row in rows:
+        e = row.event
+        if not e.is_cti:
+            if e.edge is EdgeType.END:
+                match = next(
+                    m
+                    for m in members
+                    if m.open and m.start == e.start and m.payload == dict(e.payload)
+                )
+                match.end, match.open = e.end, False
+                latest = max(latest, e.end - 1)
+            else:
+                open_edge = e.edge is EdgeType.START
+                members.append(_Member(e.start, e.end, dict(e.payload), open_edge))
+                latest = max(latest, e.start if open_edge else max(e.start, e.end - 1))
+            continue
+        c = e.start
+        if c <= last:
+            continue
+        starts = set()
+        for m in members:
+            if m.end <= m.start:  # an edge closed at its adjusted start: an empty lifetime
+                continue
+            # grid starts ws with ws < m.end and ws + size > m.start, not completed before
+            ws = ((m.start - size) // hop) * hop + hop
+            while ws < m.end:
+                we = ws + size
+                done = we <= c if c != MAX_TIME else ws <= latest
+                if we > last and done:
+                    starts.add(ws)
+                elif not done:
+                    break
+                ws += hop
+        for ws in sorted(starts):
+            we = ws + size
+            groups: dict[tuple, list[dict]] = {}
+            for m in members:
+                if m.start < we and m.end > ws and m.end > m.start:
+                    groups.setdefault(tuple(m.payload[k] for k in node.keys), []).append(m.payload)
+            for key in sorted(groups, key=lambda k: tuple((v is not None, v) for v in k)):
+                payload = dict(zip(node.keys, key, strict=True))
+                for name, fn in node.aggregates:
+                    payload[name] = fn(groups[key])
+                start, end = (we, we + 1) if node.point_at_end else (ws, we)
+                out.append(_Row(row.position, Event(EventKind.INSERT, start, end, payload)))
+        last = c
+        p = pulled(c)
+        if p > emitted:
+            emitted = p
+            out.append(_Row(row.position, cti(p)))
+    return out
 
 
 def _lifetime(rows: list[_Row], move: Callable[[int], int], duration: int | None) -> list[_Row]:

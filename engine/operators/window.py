@@ -1,0 +1,196 @@
+"""Tumbling and hopping windows with aggregates (semantics §5).
+
+Windows lie on a grid: ``[k * hop, k * hop + size)`` (tumbling: ``hop == size``). An event counts
+in every window its lifetime overlaps. A window is complete when the input CTI reaches its end;
+then one result per non-empty window and group is emitted: the window's lifetime (StreamInsight's
+ClipToWindowEnd, the default) or a point at the window end (PointAlignToWindowEnd, Flink's "time
+that closed the window"). Empty windows produce nothing.
+
+CTI rule (§5; the seeds: "Hopping windows pull back CTIs within a window to the beginning of the
+window"): an input CTI ``c`` becomes the start of the earliest window still open, the smallest grid
+start ``ws`` with ``ws + size > c``; for point results, that window's end ``ws + size``.
+
+One epoch is one Spark plan: the events of the epoch join the held ones (END edges close their
+START edges by a ranked join); each event is exploded into the windows it overlaps among those
+completing in this epoch; ``groupBy(window, keys).agg(...)`` computes the results with the user's
+aggregate Columns (built-ins or pandas UDAFs); a running count over the epoch's CTIs finds the CTI
+that completes each window. State: the events that can still overlap an open window (their end
+is after the earliest open window's start), so it is bounded by time, not by input size. An edge
+still open when the CTI reaches +inf counts up to the last window starting at or before the latest
+time the operator has seen (docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from engine.rows import CTI, EDGE, END, HEADER, KIND, POS, START, EpochCache, Flow
+from engine.temporal import MAX_TIME, MIN_TIME
+
+__all__ = ["WindowOutput", "WindowSpec", "WindowState", "window_aggregate"]
+
+
+class WindowOutput(StrEnum):
+    """What a window result looks like, and so where the window's CTI lands."""
+
+    #: The window's lifetime ``[ws, ws + size)`` (StreamInsight's ClipToWindowEnd). Output CTI:
+    #: the start of the earliest open window.
+    WINDOW = "WINDOW"
+    #: A point at the window end ``ws + size`` (PointAlignToWindowEnd). Output CTI: the end of
+    #: the earliest open window.
+    POINT_AT_END = "POINT_AT_END"
+
+
+_OPEN, _WS = "__open", "__ws"
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    size: int
+    hop: int
+    keys: tuple[str, ...]
+    aggregates: tuple[tuple[str, Column], ...]
+    point_at_end: bool = False
+
+    def pulled(self, c: int) -> int:
+        """The output CTI for input CTI ``c``."""
+        if c in (MIN_TIME, MAX_TIME):
+            return c
+        first_open = ((c - self.size) // self.hop) * self.hop + self.hop
+        return first_open + self.size if self.point_at_end else first_open
+
+    def pulled_col(self, c: Column) -> Column:
+        x = c - F.lit(self.size)
+        first_open = x - F.pmod(x, F.lit(self.hop)) + F.lit(self.hop)
+        value = first_open + F.lit(self.size) if self.point_at_end else first_open
+        return F.when(c.isin(MIN_TIME, MAX_TIME), c).otherwise(value)
+
+
+@dataclass
+class WindowState:
+    """Held events, the input CTI up to which windows are complete, the latest time seen, and
+    the last CTI emitted."""
+
+    held: DataFrame | None = None
+    last: int = MIN_TIME
+    latest: int = MIN_TIME
+    emitted: int = MIN_TIME
+
+
+def _close_edges(events: DataFrame, ends: DataFrame, payload: list[str]) -> DataFrame:
+    """Give each END edge's end to the oldest open identical START edge (FIFO by position)."""
+    key = [START, *payload]
+    opened = events.withColumn(
+        "__r",
+        F.when(F.col(_OPEN), F.row_number().over(Window.partitionBy(_OPEN, *key).orderBy(POS))),
+    )
+    ends = ends.withColumn("__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS)))
+    o, e = opened.alias("o"), ends.alias("e")
+    on = [F.col(f"o.{k}").eqNullSafe(F.col(f"e.{k}")) for k in [*key, "__r"]]
+    joined = o.join(e.select(*key, "__r", F.col(END).alias("__new_end")).alias("e"), on, "left")
+    closed = F.col("e.__new_end").isNotNull()
+    return joined.select(
+        *[F.col(f"o.{c}") for c in events.columns if c not in (END, _OPEN)],
+        F.when(closed, F.col("e.__new_end")).otherwise(F.col(f"o.{END}")).alias(END),
+        (F.col(f"o.{_OPEN}") & ~closed).alias(_OPEN),
+    )
+
+
+def window_aggregate(
+    flow: Flow, spec: WindowSpec, state: WindowState, cache: EpochCache
+) -> tuple[Flow, WindowState]:
+    payload = [c for c in flow.events.columns if c not in HEADER]
+    edge = F.col(EDGE)
+    new = flow.events.filter(~edge.eqNullSafe("END")).select(
+        START, END, POS, edge.eqNullSafe("START").alias(_OPEN), *payload
+    )
+    events = new if state.held is None else state.held.unionByName(new)
+    ends = flow.events.filter(edge == "END")
+    events = cache.keep(_close_edges(events, ends, payload))
+
+    # One small job: the epoch's last and last finite input CTI, and the latest time seen.
+    reach = F.when(F.col(_OPEN), F.col(START)).otherwise(F.greatest(START, F.col(END) - 1))
+    finite = F.when(F.col(CTI) < F.lit(MAX_TIME), F.col(CTI))
+    stats = (
+        flow.ctis.select(F.max(CTI).alias("c"), F.max(finite).alias("f"))
+        .crossJoin(events.select(F.max(reach).alias("m")))
+        .first()
+    )
+    latest = max(state.latest, stats["m"] if stats["m"] is not None else MIN_TIME)
+    c_last = stats["c"] if stats["c"] is not None else state.last
+
+    # Windows completing now: ws + size > last, and ws + size <= c_last or, once the CTI is
+    # +inf, ws <= the latest time seen (or the last finite CTI's windows, if later).
+    size, hop = spec.size, spec.hop
+    completes = c_last > state.last
+    if not completes:
+        bound = 0
+    elif c_last == MAX_TIME:
+        finite_c = stats["f"] if stats["f"] is not None else state.last
+        bound = latest if finite_c == MIN_TIME else max(latest, finite_c - size)
+    else:
+        bound = c_last - size
+    lower = F.col(START) - F.lit(size) + F.lit(1)
+    if state.last != MIN_TIME:
+        lower = F.greatest(lower, F.lit(state.last - size + 1))
+    first = lower + F.pmod(-lower, F.lit(hop))  # the first grid start >= lower
+    last_ws = F.least(F.col(END) - F.lit(1), F.lit(bound))
+    live = (F.col(END) > F.col(START)) & (first <= last_ws)
+    if not completes:  # no CTI in this epoch: nothing completes
+        live = F.lit(False)
+    exploded = events.filter(live).withColumn(
+        _WS, F.explode(F.sequence(first, last_ws, F.lit(hop).cast("long")))
+    )
+    ctis = cache.keep(flow.ctis.withColumn("__k", F.row_number().over(Window.orderBy(POS))))
+    results = _result_rows(exploded, spec, payload, ctis)
+
+    pulled = spec.pulled(c_last) if c_last != MIN_TIME else MIN_TIME
+    out_ctis = ctis.select(POS, spec.pulled_col(F.col(CTI)).alias(CTI))
+    before = Window.orderBy(POS).rowsBetween(Window.unboundedPreceding, -1)
+    out_ctis = (
+        out_ctis.withColumn("__prev", F.greatest(F.lit(state.emitted), F.max(CTI).over(before)))
+        .filter(F.col(CTI) > F.col("__prev"))
+        .drop("__prev")
+    )
+    open_start = pulled - size if spec.point_at_end and pulled != MIN_TIME else pulled
+    held = None if c_last == MAX_TIME else events.filter(F.col(END) > open_start).localCheckpoint()
+    new_state = WindowState(held, c_last, latest, max(state.emitted, pulled))
+    return Flow(results, cache.keep(out_ctis)), new_state
+
+
+def _result_rows(
+    exploded: DataFrame, spec: WindowSpec, payload: Sequence[str], ctis: DataFrame
+) -> DataFrame:
+    """Aggregate per (window, keys) and place each result at the CTI that completes its window."""
+    del payload
+    aggs = [col.alias(name) for name, col in spec.aggregates]
+    grouped = exploded.groupBy(_WS, *spec.keys).agg(*aggs)
+    # The completing CTI is the first with value >= ws + size: count the CTIs below it.
+    we = F.col(_WS) + F.lit(spec.size)
+    both = grouped.select("*", we.alias("__t"), F.lit(0).alias("__typ")).unionByName(
+        ctis.select(F.col(CTI).alias("__t"), F.lit(1).alias("__typ"), "__k", POS),
+        allowMissingColumns=True,
+    )
+    order = Window.orderBy("__t", "__typ").rowsBetween(Window.unboundedPreceding, 0)
+    counted = both.withColumn("__below", F.sum("__typ").over(order)).filter(F.col("__typ") == 0)
+    placed = counted.join(
+        ctis.select(F.col("__k").alias("__at"), F.col(POS).alias("__cpos")),
+        F.col("__below") + 1 == F.col("__at"),
+    )
+    ws = F.col(_WS)
+    start = ws + F.lit(spec.size) if spec.point_at_end else ws
+    end = start + F.lit(1) if spec.point_at_end else ws + F.lit(spec.size)
+    names = [*spec.keys, *(name for name, _ in spec.aggregates)]
+    return placed.select(
+        F.lit("INSERT").alias(KIND),
+        F.lit(None).cast("string").alias(EDGE),
+        start.alias(START),
+        end.alias(END),
+        F.col("__cpos").alias(POS),
+        *names,
+    )
