@@ -19,7 +19,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "thorough",
-    max_examples=200,
+    max_examples=int(os.environ.get("CTISTREAM_EXAMPLES", "200")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,
