@@ -3,7 +3,9 @@ earliest open window, both output policies, and state bounded by the open window
 
 from __future__ import annotations
 
+import pandas as pd
 from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf
 
 from adapters.memory import (
     EventScript,
@@ -143,3 +145,15 @@ def test_window_state_holds_only_events_of_open_windows(app):
     [window] = query.operator_metrics().values()
     assert window == {"state_rows": 5, "cti": 90}
     assert len([e for e in MemoryOutputFactory.collected("state") if not e.is_cti]) == 9
+
+
+def test_a_pandas_udaf_is_a_window_aggregate_like_any_other(app):
+    @pandas_udf("double")
+    def spread(v: pd.Series) -> float:
+        return float(v.max() - v.min())
+
+    out = run_cut(
+        app, _points(), lambda s: s.tumbling_window(10).aggregate(spread=spread(F.col("v")))
+    )
+    # [0, 10): 1 and 5; [10, 20): 12 and 14; [20, 30): 25.
+    assert [e.payload["spread"] for e in out if not e.is_cti] == [4.0, 2.0, 0.0]
