@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +14,7 @@ from engine.events import EventShape
 from engine.operators.window import WindowOutput
 from engine.plan import (
     InputNode,
+    JoinNode,
     LifetimeNode,
     Node,
     SelectNode,
@@ -100,6 +101,15 @@ class Stream:
         if not columns:
             raise ValueError("select() needs at least one column")
         return Stream(SelectNode(self._node, tuple(columns)))
+
+    def join(self, other: Stream, on: str | Sequence[str]) -> Stream:
+        """Pairs of events with equal ``on`` columns whose lifetimes overlap; lifetime = the
+        intersection; payload = this stream's columns, then ``other``'s (a clashing name gets a
+        ``right_`` prefix). CTI = the older of both sides' latest CTIs."""
+        keys = (on,) if isinstance(on, str) else tuple(on)
+        if not keys or not all(isinstance(k, str) and k for k in keys):
+            raise ValueError(f"join() needs the key column name(s) in on=; got {on!r}")
+        return Stream(JoinNode(self._node, other.node, keys))
 
     def union(self, *others: Stream) -> Stream:
         """All events of this stream and ``others``; CTI = the older of their latest CTIs."""

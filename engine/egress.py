@@ -114,7 +114,11 @@ def egress_epoch(
         "__n", F.sum(is_cti).over(Window.partitionBy(F.lit(0)))
     )
     if shape is EventShape.INTERVAL:
-        by_pos = Window.orderBy(_AFTER, "__typ").rowsBetween(Window.unboundedPreceding, 0)
+        # A CTI at the END edge's own position comes after it (operators emit rows before the
+        # CTI of the same position).
+        by_pos = Window.orderBy(_AFTER, F.col("__typ").desc()).rowsBetween(
+            Window.unboundedPreceding, 0
+        )
         after = F.when(F.col(_AFTER).isNull(), 0).otherwise(F.sum(is_cti).over(by_pos))
         ranked = ranked.withColumn("__b", after)
     else:

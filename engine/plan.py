@@ -14,6 +14,7 @@ from engine.settings import AdvanceTimeSettings
 
 __all__ = [
     "InputNode",
+    "JoinNode",
     "LifetimeNode",
     "Node",
     "SelectNode",
@@ -92,6 +93,18 @@ class WindowNode(Node):
 
     def children(self) -> Sequence[Node]:
         return (self.child,)
+
+
+@dataclass(eq=False)
+class JoinNode(Node):
+    """A temporal equi-join on payload columns ``on``."""
+
+    left: Node
+    right: Node
+    on: tuple[str, ...]
+
+    def children(self) -> Sequence[Node]:
+        return (self.left, self.right)
 
 
 @dataclass(eq=False)

@@ -23,9 +23,11 @@ from engine.errors import MalformedRecordError, QueryBuildError
 from engine.events import EdgeType, EventShape
 from engine.ingress import IngressState, InputSpec, PartitionState, _StopEpoch, ingress_epoch
 from engine.operators import LifetimeState, UnionState, alter_lifetime, select, union, where
+from engine.operators.join import JoinState, join
 from engine.operators.window import WindowSpec, WindowState, window_aggregate
 from engine.plan import (
     InputNode,
+    JoinNode,
     LifetimeNode,
     Node,
     SelectNode,
@@ -302,8 +304,9 @@ class Runtime:
             if st is None:
                 continue
             held = getattr(st, "held", None)
+            parts = held if isinstance(held, list) else [held, getattr(st, "pairs", None)]
             out[f"{i}:{type(node).__name__.removesuffix('Node').lower()}"] = {
-                "state_rows": held.count() if held is not None else 0,
+                "state_rows": sum(df.count() for df in parts if df is not None),
                 "cti": st.emitted,
             }
         return out
@@ -373,6 +376,14 @@ class Runtime:
                 )
                 flows[id(node)], ops[id(node)] = window_aggregate(
                     flows[id(node.child)], spec, ops.get(id(node)) or WindowState(), cache
+                )
+            elif isinstance(node, JoinNode):
+                flows[id(node)], ops[id(node)] = join(
+                    flows[id(node.left)],
+                    flows[id(node.right)],
+                    node.on,
+                    ops.get(id(node)) or JoinState(),
+                    cache,
                 )
             elif isinstance(node, UnionNode):
                 st = ops.get(id(node)) or UnionState.initial(len(node.inputs))

@@ -64,8 +64,8 @@ def settings_for(draw, index: int) -> AdvanceTimeSettings | None:
 
 
 @st.composite
-def cases(draw, max_inputs: int = 1, max_items: int = 18) -> Case:
-    n_inputs = draw(st.integers(1, max_inputs))
+def cases(draw, max_inputs: int = 1, max_items: int = 18, min_inputs: int = 1) -> Case:
+    n_inputs = draw(st.integers(min_inputs, max_inputs))
     names = NAMES[:n_inputs]
     shapes = {
         n: draw(st.sampled_from([EventShape.POINT, EventShape.INTERVAL, EventShape.EDGE]))

@@ -15,6 +15,7 @@ from tests.reference import (
     AlterEventLifetime,
     Binding,
     Input,
+    Join,
     Select,
     ShiftEventTime,
     ToPoint,
@@ -162,5 +163,30 @@ def test_windows_with_aggregates_match_the_reference(
         if keys:
             windowed = windowed.group_by(*keys)
         return windowed.aggregate(n=F.count("*"), s=F.sum("v"))
+
+    _agree(app, case, plan, build, shape, cuts)
+
+
+@given(
+    data=st.data(),
+    case=cases(min_inputs=2, max_inputs=2, max_items=22),
+    shape=SHAPES,
+    after=st.sampled_from(["-", "window", "where"]),
+)
+def test_joins_match_the_reference(app, data, case, shape, after):
+    cuts = data.draw(epoch_cuts(case.length))
+    plan = Join(Input("a"), Input("b"), ("k",))
+    if after == "window":
+        plan = Window(plan, 10, 5, ("k",), (("n", len),))
+    elif after == "where":
+        plan = Where(plan, lambda p: p["v"] >= p["right_v"])
+
+    def build(s):
+        joined = s["a"].join(s["b"], on="k")
+        if after == "window":
+            return joined.hopping_window(10, 5).group_by("k").aggregate(n=F.count("*"))
+        if after == "where":
+            return joined.where(F.col("v") >= F.col("right_v"))
+        return joined
 
     _agree(app, case, plan, build, shape, cuts)

@@ -62,6 +62,7 @@ __all__ = [
     "AlterEventLifetime",
     "Binding",
     "Input",
+    "Join",
     "Node",
     "Result",
     "Select",
@@ -156,8 +157,27 @@ class Window:
     point_at_end: bool = False
 
 
+@dataclass(frozen=True)
+class Join:
+    """§5 join: pairs with equal keys (nulls never match) whose lifetimes overlap; the lifetime
+    is the intersection; the payload holds the left columns, then the right ones (a name that
+    clashes gets a ``right_`` prefix). Output CTI: the minimum of both sides' latest CTIs.
+
+    A pair forms when the later of its two events arrives, if their lifetimes overlap as then
+    known (an open edge reaches +inf). If both are complete, it is an interval; otherwise a START
+    edge, closed by an END edge once its end is determined: both sides complete (end = the
+    smaller end), or one side complete with end ``e`` and the other side's CTI at or past ``e``
+    (end = ``e``). An end at or before the start makes the pair empty: released never.
+    """
+
+    left: Node
+    right: Node
+    on: tuple[str, ...]
+
+
 Node = (
     Input
+    | Join
     | Where
     | Select
     | Union
@@ -480,7 +500,115 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
         return _lifetime(_evaluate(node.child, inputs), node.start_fn, node.duration)
     if isinstance(node, Window):
         return _window(node, _evaluate(node.child, inputs))
+    if isinstance(node, Join):
+        return _join(node, _evaluate(node.left, inputs), _evaluate(node.right, inputs))
     raise TypeError(f"not a plan node: {node!r}")
+
+
+@dataclass(eq=False)
+class _Held:
+    """An event one side of a join holds; ``end`` is +inf while it is an open edge."""
+
+    start: int
+    end: int
+    open: bool
+    payload: dict[str, Any]
+
+
+@dataclass(eq=False)
+class _Pair:
+    left: _Held
+    right: _Held
+    start: int
+    payload: dict[str, Any]
+
+
+def _kind_order(event: Event) -> int:
+    """Within one position of one side: events, then END edges, then the CTI."""
+    if event.is_cti:
+        return 2
+    return 1 if event.edge is EdgeType.END else 0
+
+
+def _join(node: Join, left: list[_Row], right: list[_Row]) -> list[_Row]:
+    """Rows of both sides by (position, side, events / END edges / CTI); output CTI after every
+    position group, when the minimum of both sides' latest CTIs rises."""
+    tagged = [
+        (row.position, side, _kind_order(row.event), seq, row)
+        for side, rows in enumerate((left, right))
+        for seq, row in enumerate(rows)
+    ]
+    tagged.sort(key=lambda t: t[:4])
+    held: tuple[list[_Held], list[_Held]] = ([], [])
+    latest = [MIN_TIME, MIN_TIME]
+    pairs: list[_Pair] = []
+    emitted = MIN_TIME
+    out: list[_Row] = []
+
+    def merged(lp: dict, rp: dict) -> dict:
+        return {**lp, **{(f"right_{k}" if k in lp else k): v for k, v in rp.items()}}
+
+    def determine(pair: _Pair, pos: Position) -> None:
+        lh, rh = pair.left, pair.right
+        if not lh.open and not rh.open:
+            end = min(lh.end, rh.end)
+        elif not lh.open and latest[1] >= lh.end:
+            end = lh.end
+        elif not rh.open and latest[0] >= rh.end:
+            end = rh.end
+        else:
+            return
+        pairs.remove(pair)
+        out.append(_Row(pos, Event(EventKind.INSERT, pair.start, end, pair.payload, EdgeType.END)))
+
+    i = 0
+    while i < len(tagged):
+        pos = tagged[i][0]
+        while i < len(tagged) and tagged[i][0] == pos:
+            _, side, _, _, row = tagged[i]
+            i += 1
+            e = row.event
+            if e.is_cti:
+                latest[side] = e.start
+                for pair in list(pairs):
+                    determine(pair, pos)
+            elif e.edge is EdgeType.END:
+                x = next(
+                    h
+                    for h in held[side]
+                    if h.open and h.start == e.start and h.payload == dict(e.payload)
+                )
+                x.end, x.open = e.end, False
+                for pair in list(pairs):
+                    if pair.left is x or pair.right is x:
+                        determine(pair, pos)
+            else:
+                x = _Held(e.start, e.end, e.edge is EdgeType.START, dict(e.payload))
+                held[side].append(x)
+                for y in held[1 - side]:
+                    if y.end <= y.start or any(
+                        x.payload[k] is None or x.payload[k] != y.payload[k] for k in node.on
+                    ):
+                        continue
+                    if not (x.start < y.end and y.start < x.end):
+                        continue
+                    lh, rh = (x, y) if side == 0 else (y, x)
+                    start = max(lh.start, rh.start)
+                    payload = merged(lh.payload, rh.payload)
+                    if not lh.open and not rh.open:
+                        end = min(lh.end, rh.end)
+                        out.append(_Row(pos, Event(EventKind.INSERT, start, end, payload)))
+                        continue
+                    out.append(
+                        _Row(pos, Event(EventKind.INSERT, start, MAX_TIME, payload, EdgeType.START))
+                    )
+                    pairs.append(_Pair(lh, rh, start, payload))
+                    determine(pairs[-1], pos)
+        c = min(latest)
+        if c > emitted:
+            emitted = c
+            out.append(_Row(pos, cti(c)))
+    return out
 
 
 @dataclass
@@ -690,7 +818,7 @@ def _egress(rows: list[_Row], shape: EventShape) -> list[Event]:
             if match is None:  # ingress and where/select keep edges matched
                 raise RuntimeError(f"reference interpreter bug: unmatched END edge {e!r}")
             open_edges.remove(match)
-            if e.end == e.start:
+            if e.end <= e.start:
                 # Empty lifetime: never released. Its START edge cannot have been released yet
                 # (that needs a CTI above the start, which the END edge would then violate).
                 if match.pending is not None:
@@ -749,6 +877,8 @@ def _check_bindings(bindings: Sequence[Binding], plan: Node) -> None:
             return [node.name]
         if isinstance(node, Union):
             return [n for c in node.children for n in leaves(c)]
+        if isinstance(node, Join):
+            return leaves(node.left) + leaves(node.right)
         if hasattr(node, "child"):
             return leaves(node.child)
         raise TypeError(f"not a plan node: {node!r}")

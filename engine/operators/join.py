@@ -1,0 +1,283 @@
+"""Temporal equi-join (semantics §5).
+
+Pairs with equal keys (nulls never match) whose lifetimes overlap; the output lifetime is the
+intersection; the payload holds the left columns, then the right ones (a right name that clashes
+gets a ``right_`` prefix). CTI rule (the seeds: "Join operators ... release their results up to
+the older CTI from either side"): the minimum of both sides' latest CTIs.
+
+Edges make the intersection's end unknown for a while. A pair forms when the later of its two
+events arrives, if their lifetimes overlap as then known (an open edge reaches +inf). Complete on
+both sides, it is an interval; otherwise it leaves as a START edge, and its END edge follows at the
+first moment the end is determined: both sides complete (end = the smaller end), or one side
+complete with end ``e`` and the other side's CTI at or past ``e`` (the other cannot end before it,
+so end = ``e``). An end at or before the start makes the pair empty; egress never releases it.
+
+Moments order the rows of both sides: (position, side, events / END edges / CTI). Per epoch, one
+Spark plan: each side's events (held and new) get their END edges by a ranked join; new pairs come
+from an equi-join on the keys with the overlap test at the forming moment; every pair whose end is
+not yet known finds the moment it becomes known by searching the other side's CTIs (a running
+window over CTIs and pairs ordered by value). State: per side, the events that can still meet a
+future event (open edges, and events ending after the other side's CTI), and the pairs whose END
+edge is still to come. Both shrink as the CTIs advance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from engine.rows import (
+    CTI,
+    EDGE,
+    END,
+    HEADER,
+    KIND,
+    POS,
+    START,
+    EpochCache,
+    Flow,
+    min_of_latest,
+    pos_literal,
+)
+from engine.temporal import MAX_TIME, MIN_TIME
+
+__all__ = ["JoinState", "join", "output_columns"]
+
+_AT, _ID, _OPEN, _CLOSED = "__at", "__id", "__open", "__closed"  # moment, identity, end known at
+
+
+@dataclass
+class JoinState:
+    held: list[DataFrame | None] = field(default_factory=lambda: [None, None])
+    pairs: DataFrame | None = None
+    latest: list[int] = field(default_factory=lambda: [MIN_TIME, MIN_TIME])
+    emitted: int = MIN_TIME
+
+
+def output_columns(left: list[str], right: list[str]) -> list[str]:
+    return [*left, *(f"right_{c}" if c in left else c for c in right)]
+
+
+def _moment(pos: Column, side: int, order: int) -> Column:
+    return F.struct(pos.alias("pos"), F.lit(side).alias("side"), F.lit(order).alias("k"))
+
+
+_INT_MIN = -(2**31)
+def _beginning() -> Column:
+    """A moment before every other: "the other side's CTI was there before this epoch"."""
+    return F.struct(
+        pos_literal(MIN_TIME, _INT_MIN, MIN_TIME, _INT_MIN, _INT_MIN).alias("pos"),
+        F.lit(_INT_MIN).alias("side"),
+        F.lit(_INT_MIN).alias("k"),
+    )
+
+
+def _side_events(
+    flow: Flow, side: int, held: DataFrame | None, payload: list[str], cache: EpochCache
+) -> DataFrame:
+    """Held and new events of one side, each with its end as known by the end of the epoch and the
+    moment that end became known (``__closed``; null while open)."""
+    edge = F.col(EDGE)
+    arrival = _moment(F.col(POS), side, 0)
+    new = flow.events.filter(~edge.eqNullSafe("END")).select(
+        START,
+        END,
+        arrival.alias(_AT),
+        edge.eqNullSafe("START").alias(_OPEN),
+        F.when(edge.isNull(), arrival).alias(_CLOSED),
+        F.lit(True).alias("__new"),
+        *payload,
+    )
+    rank = Window.partitionBy(_AT, START, *payload).orderBy(START)
+    new = new.withColumn(
+        _ID, F.struct(F.col(_AT).alias("at"), F.row_number().over(rank).alias("n"))
+    )
+    events = new if held is None else held.withColumn("__new", F.lit(False)).unionByName(new)
+
+    ends = flow.events.filter(edge == "END").select(START, END, POS, *payload)
+    key = [START, *payload]
+    opened = events.withColumn(
+        "__r",
+        F.when(F.col(_OPEN), F.row_number().over(Window.partitionBy(_OPEN, *key).orderBy(_AT))),
+    )
+    ends = ends.withColumn("__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS)))
+    o, e = opened.alias("o"), ends.alias("e")
+    on = [F.col(f"o.{k}").eqNullSafe(F.col(f"e.{k}")) for k in [*key, "__r"]]
+    joined = o.join(
+        e.select(*key, "__r", F.col(END).alias("__e_end"), F.col(POS).alias("__e_pos")).alias("e"),
+        on,
+        "left",
+    )
+    closed = F.col("e.__e_end").isNotNull()
+    keep = [c for c in events.columns if c not in (END, _OPEN, _CLOSED)]
+    return cache.keep(
+        joined.select(
+            *[F.col(f"o.{c}") for c in keep],
+            F.when(closed, F.col("e.__e_end")).otherwise(F.col(f"o.{END}")).alias(END),
+            (F.col(f"o.{_OPEN}") & ~closed).alias(_OPEN),
+            F.when(closed, _moment(F.col("e.__e_pos"), side, 1))
+            .otherwise(F.col(f"o.{_CLOSED}"))
+            .alias(_CLOSED),
+        )
+    )
+
+
+def _first_cti_at_or_above(
+    rows: DataFrame, value: str, ctis: DataFrame, side: int, before: int, out: str
+) -> DataFrame:
+    """For each row, the moment of the first CTI of ``side`` with value >= ``rows[value]``:
+    the very beginning if the CTI before the epoch already was, null if none in the epoch."""
+    both = (
+        rows.withColumn("__t", F.col(value))
+        .withColumn("__typ", F.lit(0))
+        .unionByName(
+            ctis.select(
+                F.col(CTI).alias("__t"),
+                F.lit(1).alias("__typ"),
+                _moment(F.col(POS), side, 2).alias("__m"),
+            ),
+            allowMissingColumns=True,
+        )
+    )
+    after = Window.orderBy("__t", "__typ").rowsBetween(0, Window.unboundedFollowing)
+    found = F.first(F.when(F.col("__typ") == 1, F.col("__m")), ignorenulls=True).over(after)
+    moment = F.when(F.col(value).isNull(), F.lit(None)).when(
+        F.col(value) <= F.lit(before), _beginning()
+    )
+    return (
+        both.withColumn(out, moment.otherwise(found))
+        .filter(F.col("__typ") == 0)
+        .drop("__t", "__typ", "__m")
+    )
+
+
+def join(
+    left: Flow, right: Flow, on: tuple[str, ...], state: JoinState, cache: EpochCache
+) -> tuple[Flow, JoinState]:
+    pl = [c for c in left.events.columns if c not in HEADER]
+    pr = [c for c in right.events.columns if c not in HEADER]
+    names = output_columns(pl, pr)
+    ev = [
+        _side_events(left, 0, state.held[0], pl, cache),
+        _side_events(right, 1, state.held[1], pr, cache),
+    ]
+
+    # New pairs: at least one side new; formed at the later arrival; overlap as then known.
+    L, R = ev[0].alias("l"), ev[1].alias("r")
+    keys = [F.col(f"l.{k}") == F.col(f"r.{k}") for k in on]
+    f = F.greatest(F.col(f"l.{_AT}"), F.col(f"r.{_AT}"))
+
+    def known_end(s: str) -> Column:
+        return F.when(F.col(f"{s}.{_CLOSED}") <= f, F.col(f"{s}.{END}")).otherwise(F.lit(MAX_TIME))
+
+    nonempty = (known_end("l") > F.col(f"l.{START}")) & (known_end("r") > F.col(f"r.{START}"))
+    overlap = (F.col(f"l.{START}") < known_end("r")) & (F.col(f"r.{START}") < known_end("l"))
+    cond = [*keys, F.col("l.__new") | F.col("r.__new")]
+    pairs_new = (
+        L.join(R, cond)
+        .filter(nonempty & overlap)
+        .select(
+            f.alias(_AT),
+            F.greatest(F.col(f"l.{START}"), F.col(f"r.{START}")).alias(START),
+            F.col(f"l.{_ID}").alias("__lid"),
+            F.col(f"r.{_ID}").alias("__rid"),
+            F.coalesce(F.col(f"l.{_CLOSED}") <= f, F.lit(False)).alias("__lk"),
+            F.coalesce(F.col(f"r.{_CLOSED}") <= f, F.lit(False)).alias("__rk"),
+            F.least(F.col(f"l.{END}"), F.col(f"r.{END}")).alias("__min_end"),
+            *[F.col(f"l.{c}").alias(c) for c in pl],
+            *[F.col(f"r.{c}").alias(n) for c, n in zip(pr, names[len(pl) :], strict=True)],
+        )
+    )
+    pairs_new = cache.keep(pairs_new)
+    whole = pairs_new.filter(F.col("__lk") & F.col("__rk"))
+    events_out = whole.select(
+        F.lit("INSERT").alias(KIND),
+        F.lit(None).cast("string").alias(EDGE),
+        START,
+        F.col("__min_end").alias(END),
+        F.col(f"{_AT}.pos").alias(POS),
+        *names,
+    )
+    opened = pairs_new.filter(~(F.col("__lk") & F.col("__rk")))
+    events_out = events_out.unionByName(
+        opened.select(
+            F.lit("INSERT").alias(KIND),
+            F.lit("START").alias(EDGE),
+            START,
+            F.lit(MAX_TIME).alias(END),
+            F.col(f"{_AT}.pos").alias(POS),
+            *names,
+        )
+    )
+
+    # Pairs waiting for their end: refresh both sides' ends, then find when the end is known.
+    pending = opened.select(_AT, START, "__lid", "__rid", *names)
+    if state.pairs is not None:
+        pending = state.pairs.unionByName(pending)
+    for s, idc in (("l", "__lid"), ("r", "__rid")):
+        side = ev[0 if s == "l" else 1].select(
+            F.col(_ID).alias(idc), F.col(END).alias(f"__{s}_end"), F.col(_CLOSED).alias(f"__{s}_c")
+        )
+        pending = pending.join(side, idc, "left")
+    c_l, c_r = left.ctis, right.ctis
+    pending = _first_cti_at_or_above(
+        pending.withColumn("__l_e", F.when(F.col("__l_c").isNotNull(), F.col("__l_end"))),
+        "__l_e",
+        c_r,
+        1,
+        state.latest[1],
+        "__t_l",
+    )
+    pending = _first_cti_at_or_above(
+        pending.withColumn("__r_e", F.when(F.col("__r_c").isNotNull(), F.col("__r_end"))),
+        "__r_e",
+        c_l,
+        0,
+        state.latest[0],
+        "__t_r",
+    )
+    both_known = F.when(
+        F.col("__l_c").isNotNull() & F.col("__r_c").isNotNull(),
+        F.greatest(_AT, "__l_c", "__r_c"),
+    )
+    via_left = F.when(F.col("__t_l").isNotNull(), F.greatest(_AT, "__l_c", "__t_l"))
+    via_right = F.when(F.col("__t_r").isNotNull(), F.greatest(_AT, "__r_c", "__t_r"))
+    pending = cache.keep(pending.withColumn("__det", F.least(both_known, via_left, via_right)))
+    ends_known = F.least(
+        F.when(F.col("__l_c").isNotNull(), F.col("__l_end")).otherwise(F.lit(MAX_TIME)),
+        F.when(F.col("__r_c").isNotNull(), F.col("__r_end")).otherwise(F.lit(MAX_TIME)),
+    )
+    determined = pending.filter(F.col("__det").isNotNull())
+    events_out = events_out.unionByName(
+        determined.select(
+            F.lit("INSERT").alias(KIND),
+            F.lit("END").alias(EDGE),
+            START,
+            ends_known.alias(END),
+            F.col("__det.pos").alias(POS),
+            *names,
+        )
+    )
+    still = pending.filter(F.col("__det").isNull()).select(_AT, START, "__lid", "__rid", *names)
+
+    # CTIs: the minimum of both sides' latest.
+    tagged = cache.keep(
+        c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
+    )
+    latest = list(state.latest)
+    for row in tagged.groupBy("__g").agg(F.max(CTI).alias("m")).collect():
+        latest[row["__g"]] = max(latest[row["__g"]], row["m"])
+    ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
+
+    # Keep what can still meet a future event of the other side, and the pending pairs.
+    held: list[DataFrame | None] = [
+        ev[i]
+        .filter(F.col(_OPEN) | (F.col(END) > F.lit(latest[1 - i])))
+        .drop("__new")
+        .localCheckpoint()
+        for i in (0, 1)
+    ]
+    new_state = JoinState(held, still.localCheckpoint(), latest, max(state.emitted, min(latest)))
+    return Flow(events_out, ctis), new_state
