@@ -1,0 +1,109 @@
+"""The seeds' lookup scenario: a fast point stream joined with a slow, edge-shaped reference stream.
+
+Without CTI import the join can only release results up to the reference stream's own time, so
+its output stalls. With ``AdvanceTimeImportSettings("dataStream")`` and ADJUST the reference
+stream borrows the data stream's CTIs: the join keeps pace with the data, and a reference update
+that arrives late takes effect from the current CTI on.
+
+    python examples/lookup_join.py
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from adapters.memory import (
+    EventScript,
+    MemoryInputConfig,
+    MemoryInputFactory,
+    MemoryOutputConfig,
+    MemoryOutputFactory,
+)
+from bindings import Application, Stream
+from engine import (
+    AdapterAdvanceTimeSettings,
+    AdvanceTimeGenerationSettings,
+    AdvanceTimeImportSettings,
+    AdvanceTimePolicy,
+    AdvanceTimeSettings,
+    Event,
+    EventShape,
+    edge_end,
+    edge_start,
+    point,
+)
+from engine.temporal import format_ticks
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: int) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+class DataInputFactory(MemoryInputFactory):
+    """The fast stream's adapter handles its own application time: a CTI after every event."""
+
+    def declare_advance_time_properties(self, config, shape):
+        return AdapterAdvanceTimeSettings(
+            AdvanceTimeGenerationSettings(1, timedelta(0), True), AdvanceTimePolicy.DROP
+        )
+
+
+def script() -> EventScript:
+    s = EventScript()
+    s.insert("lookupStream", edge_start(at(0), {"sensor": 1, "limit": 50}))
+    for t in range(1, 41):
+        s.insert("dataStream", point(at(t), {"sensor": 1, "value": t}))
+        if t == 30:  # the limit changed at 12:00:20, but the update only arrives now
+            s.insert("lookupStream", edge_end(at(0), at(30), {"sensor": 1, "limit": 50}))
+            s.insert("lookupStream", edge_start(at(20), {"sensor": 1, "limit": 60}))
+    return s
+
+
+def run(app: Application, import_ctis: bool) -> list[Event]:
+    events = script()
+    data = Stream.create(
+        "dataStream", DataInputFactory(), MemoryInputConfig(script=events), EventShape.POINT
+    )
+    if import_ctis:
+        settings = AdvanceTimeSettings(
+            None, AdvanceTimeImportSettings("dataStream"), AdvanceTimePolicy.ADJUST
+        )
+    else:  # the reference stream's own events are its only clock
+        settings = AdvanceTimeSettings(
+            AdvanceTimeGenerationSettings(1, timedelta(0), True), None, AdvanceTimePolicy.DROP
+        )
+    lookup = Stream.create(
+        "lookupStream",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=events),
+        EventShape.EDGE,
+        settings,
+    )
+    name = f"lookup-{'import' if import_ctis else 'own'}"
+    query = data.join(lookup, on="sensor").to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
+    )
+    query.run(epochs=4)
+    return MemoryOutputFactory.collected(name)
+
+
+def summary(out: list[Event]) -> str:
+    events = [e for e in out if not e.is_cti]
+    finite = [e.start for e in out if e.is_cti and e.start < 2**63 - 1]
+    limits = sorted({e.payload["limit"] for e in events})
+    return (
+        f"{len(events)} joined events, limits {limits}, "
+        f"last finite CTI {format_ticks(max(finite)) if finite else 'none'}"
+    )
+
+
+def main() -> None:
+    app = Application("lookup")
+    print("without import:", summary(run(app, import_ctis=False)))
+    print("with import:   ", summary(run(app, import_ctis=True)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""The temporal join on Spark (semantics §5): overlap on equal keys, intersection lifetimes, the
+older CTI of both sides, edges whose end is determined by the other side's CTI, bounded state."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapters.memory import (
+    EventScript,
+    MemoryInputConfig,
+    MemoryInputFactory,
+    MemoryOutputConfig,
+    MemoryOutputFactory,
+)
+from bindings import Stream
+from engine import (
+    MAX_TIME,
+    AdvanceTimeGenerationSettings,
+    AdvanceTimeSettings,
+    EventShape,
+    cti,
+    edge_end,
+    edge_start,
+    interval,
+    point,
+)
+from tests.harness import In, spark_run
+
+EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # CTI at each start
+NEVER = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))  # explicit CTIs only
+
+
+def run_cut(app, script, inputs, shape, cuts):
+    build = lambda s: s["l"].join(s["r"], on="k")  # noqa: E731
+    whole, _ = spark_run(app, script, inputs, build, shape, 1)
+    cut, _ = spark_run(app, script, inputs, build, shape, cuts)
+    assert cut == whole
+    return whole
+
+
+def test_pairs_with_equal_keys_and_overlapping_lifetimes_get_the_intersection(app):
+    script = EventScript()
+    script.insert("l", interval(0, 10, {"k": 1, "v": "a"}))  # l CTI 0
+    script.insert("r", interval(5, 20, {"k": 1, "v": "x"}))  # r CTI 5 -> join CTI 0
+    script.insert("r", interval(5, 20, {"k": 2, "v": "y"}))  # other key: no pair
+    script.insert("l", point(12, {"k": 1, "v": "b"}))  # l CTI 12 -> join CTI 5
+    script.insert("r", interval(12, 13, {"k": None, "v": "z"}))  # null keys never match
+    script.insert("l", interval(12, 30, {"k": None, "v": "c"}))
+    out = run_cut(
+        app,
+        script,
+        {"l": In(EventShape.INTERVAL, EVERY), "r": In(EventShape.INTERVAL, EVERY)},
+        EventShape.INTERVAL,
+        [2, 4],
+    )
+    pair = {"k": 1, "v": "a", "right_k": 1, "right_v": "x"}
+    later = {"k": 1, "v": "b", "right_k": 1, "right_v": "x"}
+    assert out == [cti(0), cti(5), interval(5, 10, pair), cti(12), point(12, later), cti(MAX_TIME)]
+
+
+def test_an_open_edge_pair_ends_once_the_other_sides_cti_passes_the_known_end(app):
+    script = EventScript()
+    script.insert("r", edge_start(0, {"k": 1}))  # reference: open from 0
+    script.insert("l", interval(2, 6, {"k": 1}))  # the pair [2, min(6, ?)) opens as an edge
+    script.cti("r", 4)  # r may still end before 6: the pair waits
+    script.cti("l", 10)
+    script.cti("r", 7)  # r cannot end before 7 now, so the pair ends at 6
+    script.cti("r", 20)
+    inputs = {"l": In(EventShape.INTERVAL, NEVER), "r": In(EventShape.EDGE, NEVER)}
+    out = run_cut(app, script, inputs, EventShape.EDGE, [2, 4])
+    both = {"k": 1, "right_k": 1}
+    # The stop flushes l first (join CTI 20 = r's), then r (+inf).
+    assert out == [
+        edge_start(2, both),
+        cti(4),
+        edge_end(2, 6, both),
+        cti(7),
+        cti(10),
+        cti(20),
+        cti(MAX_TIME),
+    ]
+
+
+def test_a_pair_is_empty_when_its_edge_closes_before_the_other_event_starts(app):
+    script = EventScript()
+    script.insert("l", edge_start(0, {"k": 1}))
+    script.insert("r", interval(5, 9, {"k": 1}))  # pairs with the open edge from 5
+    script.insert("l", edge_end(0, 3, {"k": 1}))  # the edge ended at 3: nothing overlaps
+    script.cti("l", 50)
+    script.cti("r", 50)
+    inputs = {"l": In(EventShape.EDGE, NEVER), "r": In(EventShape.INTERVAL, NEVER)}
+    for shape in (EventShape.POINT, EventShape.INTERVAL, EventShape.EDGE):
+        assert run_cut(app, script, inputs, shape, [1, 3]) == [cti(50), cti(MAX_TIME)]
+
+
+@pytest.mark.parametrize(("flush", "held"), [(False, 6), (True, 0)])
+def test_join_state_holds_only_what_can_still_meet_a_future_event(app, flush, held):
+    script = EventScript()
+    for t in range(20):
+        script.insert("l", point(t, {"k": t % 3}))
+        script.insert("r", interval(t, t + 5, {"k": t % 3}))
+    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, flush))
+    left, right = (
+        Stream.create(n, MemoryInputFactory(), MemoryInputConfig(script=script), shape, settings)
+        for n, shape in (("l", EventShape.POINT), ("r", EventShape.INTERVAL))
+    )
+    name = f"join-state-{flush}"
+    query = left.join(right, on="k").to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
+    )
+    query.run(epochs=3)
+    # Both CTIs end at 19 without a flush: l keeps its point at 19 (r's next interval may start
+    # at 19), r keeps its intervals ending after 19 ([15, 20) .. [19, 24)). After +inf: nothing.
+    [join_state] = query.operator_metrics().values()
+    assert join_state["state_rows"] == held
