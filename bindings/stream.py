@@ -18,6 +18,7 @@ from engine.plan import (
     LifetimeNode,
     Node,
     SelectNode,
+    SnapshotNode,
     UnionNode,
     WhereNode,
     WindowNode,
@@ -167,6 +168,11 @@ class Stream:
             self._node, _positive(size, "size"), _positive(hop, "hop"), WindowOutput(output)
         )
 
+    def snapshot_window(self) -> WindowedStream:
+        """Snapshots: the spans between consecutive event endpoints; follow with ``group_by``
+        and ``aggregate``. Output CTI: the start of the snapshot that contains the input CTI."""
+        return WindowedStream(self._node, 0, 0, WindowOutput.WINDOW)
+
     def to_query(
         self,
         app: Application,
@@ -205,6 +211,8 @@ class WindowedStream:
                     f"aggregate {name!r} must be a PySpark aggregate Column; got {col!r}. "
                     "Fix: e.g. F.sum('v'), or a pandas_udf of type GROUPED_AGG"
                 )
+        if self._size == 0:  # a snapshot window
+            return Stream(SnapshotNode(self._node, self._keys, tuple(aggregates.items())))
         return Stream(
             WindowNode(
                 self._node,

@@ -18,6 +18,7 @@ __all__ = [
     "LifetimeNode",
     "Node",
     "SelectNode",
+    "SnapshotNode",
     "UnionNode",
     "WhereNode",
     "WindowNode",
@@ -105,6 +106,18 @@ class JoinNode(Node):
 
     def children(self) -> Sequence[Node]:
         return (self.left, self.right)
+
+
+@dataclass(eq=False)
+class SnapshotNode(Node):
+    """A snapshot window with grouping keys and named aggregate Columns."""
+
+    child: Node
+    keys: tuple[str, ...]
+    aggregates: tuple[tuple[str, Column], ...]
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
 
 
 @dataclass(eq=False)

@@ -24,6 +24,7 @@ from engine.events import EdgeType, EventShape
 from engine.ingress import IngressState, InputSpec, PartitionState, _StopEpoch, ingress_epoch
 from engine.operators import LifetimeState, UnionState, alter_lifetime, select, union, where
 from engine.operators.join import JoinState, join
+from engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from engine.operators.window import WindowSpec, WindowState, window_aggregate
 from engine.plan import (
     InputNode,
@@ -31,6 +32,7 @@ from engine.plan import (
     LifetimeNode,
     Node,
     SelectNode,
+    SnapshotNode,
     UnionNode,
     WhereNode,
     WindowNode,
@@ -376,6 +378,14 @@ class Runtime:
                 )
                 flows[id(node)], ops[id(node)] = window_aggregate(
                     flows[id(node.child)], spec, ops.get(id(node)) or WindowState(), cache
+                )
+            elif isinstance(node, SnapshotNode):
+                flows[id(node)], ops[id(node)] = snapshot_aggregate(
+                    flows[id(node.child)],
+                    node.keys,
+                    node.aggregates,
+                    ops.get(id(node)) or SnapshotState(),
+                    cache,
                 )
             elif isinstance(node, JoinNode):
                 flows[id(node)], ops[id(node)] = join(

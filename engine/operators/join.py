@@ -65,6 +65,8 @@ def _moment(pos: Column, side: int, order: int) -> Column:
 
 
 _INT_MIN = -(2**31)
+
+
 def _beginning() -> Column:
     """A moment before every other: "the other side's CTI was there before this epoch"."""
     return F.struct(

@@ -82,7 +82,7 @@ class WindowState:
     emitted: int = MIN_TIME
 
 
-def _close_edges(events: DataFrame, ends: DataFrame, payload: list[str]) -> DataFrame:
+def close_edges(events: DataFrame, ends: DataFrame, payload: list[str]) -> DataFrame:
     """Give each END edge's end to the oldest open identical START edge (FIFO by position)."""
     key = [START, *payload]
     opened = events.withColumn(
@@ -111,7 +111,7 @@ def window_aggregate(
     )
     events = new if state.held is None else state.held.unionByName(new)
     ends = flow.events.filter(edge == "END")
-    events = cache.keep(_close_edges(events, ends, payload))
+    events = cache.keep(close_edges(events, ends, payload))
 
     # One small job: the epoch's last and last finite input CTI, and the latest time seen.
     reach = F.when(F.col(_OPEN), F.col(START)).otherwise(F.greatest(START, F.col(END) - 1))
@@ -170,9 +170,24 @@ def _result_rows(
     del payload
     aggs = [col.alias(name) for name, col in spec.aggregates]
     grouped = exploded.groupBy(_WS, *spec.keys).agg(*aggs)
-    # The completing CTI is the first with value >= ws + size: count the CTIs below it.
-    we = F.col(_WS) + F.lit(spec.size)
-    both = grouped.select("*", we.alias("__t"), F.lit(0).alias("__typ")).unionByName(
+    ws = F.col(_WS)
+    start = ws + F.lit(spec.size) if spec.point_at_end else ws
+    end = start + F.lit(1) if spec.point_at_end else ws + F.lit(spec.size)
+    names = [*spec.keys, *(name for name, _ in spec.aggregates)]
+    return place_results(grouped, ws + F.lit(spec.size), start, end, names, ctis)
+
+
+def place_results(
+    grouped: DataFrame,
+    done_at: Column,
+    start: Column,
+    end: Column,
+    names: list[str],
+    ctis: DataFrame,
+) -> DataFrame:
+    """Result rows ``[start, end)``, each at the position of the first CTI with value >=
+    ``done_at`` (``ctis`` numbered ``__k`` in position order): the CTI that completes it."""
+    both = grouped.select("*", done_at.alias("__t"), F.lit(0).alias("__typ")).unionByName(
         ctis.select(F.col(CTI).alias("__t"), F.lit(1).alias("__typ"), "__k", POS),
         allowMissingColumns=True,
     )
@@ -182,10 +197,6 @@ def _result_rows(
         ctis.select(F.col("__k").alias("__at"), F.col(POS).alias("__cpos")),
         F.col("__below") + 1 == F.col("__at"),
     )
-    ws = F.col(_WS)
-    start = ws + F.lit(spec.size) if spec.point_at_end else ws
-    end = start + F.lit(1) if spec.point_at_end else ws + F.lit(spec.size)
-    names = [*spec.keys, *(name for name, _ in spec.aggregates)]
     return placed.select(
         F.lit("INSERT").alias(KIND),
         F.lit(None).cast("string").alias(EDGE),

@@ -18,6 +18,7 @@ from tests.reference import (
     Join,
     Select,
     ShiftEventTime,
+    Snapshot,
     ToPoint,
     Union,
     Where,
@@ -188,5 +189,34 @@ def test_joins_match_the_reference(app, data, case, shape, after):
         if after == "where":
             return joined.where(F.col("v") >= F.col("right_v"))
         return joined
+
+    _agree(app, case, plan, build, shape, cuts)
+
+
+@given(
+    data=st.data(),
+    case=cases(max_inputs=2, max_items=18),
+    shape=SHAPES,
+    keyed=st.booleans(),
+    pre=st.sampled_from(["-", "where", "shift-7"]),
+)
+def test_snapshot_windows_match_the_reference(app, data, case, shape, keyed, pre):
+    cuts = data.draw(epoch_cuts(case.length))
+    names = list(case.shapes)
+    keys = ("k",) if keyed else ()
+    plan = Union(tuple(Input(n) for n in names)) if len(names) > 1 else Input(names[0])
+    if pre != "-":
+        plan = UNARY[pre][0](plan)
+    plan = Snapshot(plan, keys, (("n", len), ("s", lambda rows: sum(r["v"] for r in rows))))
+
+    def build(s):
+        first, *rest = (s[n] for n in names)
+        stream = first.union(*rest) if rest else first
+        if pre != "-":
+            stream = UNARY[pre][1](stream)
+        windowed = stream.snapshot_window()
+        if keys:
+            windowed = windowed.group_by(*keys)
+        return windowed.aggregate(n=F.count("*"), s=F.sum("v"))
 
     _agree(app, case, plan, build, shape, cuts)

@@ -36,6 +36,7 @@ stop flush, i.e. what the engine must have delivered before it failed.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,7 @@ __all__ = [
     "Result",
     "Select",
     "ShiftEventTime",
+    "Snapshot",
     "ToPoint",
     "Union",
     "Where",
@@ -175,9 +177,21 @@ class Join:
     on: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """§5 snapshot window with an aggregate: one event per snapshot (the span between consecutive
+    event endpoints) and group, over the events active in it. Output CTI: the start of the
+    snapshot that contains the input CTI (the largest endpoint at or before it)."""
+
+    child: Node
+    keys: tuple[str, ...]
+    aggregates: tuple[tuple[str, Callable[[list[dict]], Any]], ...]
+
+
 Node = (
     Input
     | Join
+    | Snapshot
     | Where
     | Select
     | Union
@@ -502,7 +516,57 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
         return _window(node, _evaluate(node.child, inputs))
     if isinstance(node, Join):
         return _join(node, _evaluate(node.left, inputs), _evaluate(node.right, inputs))
+    if isinstance(node, Snapshot):
+        return _snapshot(node, _evaluate(node.child, inputs))
     raise TypeError(f"not a plan node: {node!r}")
+
+
+def _snapshot(node: Snapshot, rows: list[_Row]) -> list[_Row]:
+    """Item by item. Endpoints are the starts and ends of the events received (+inf for an edge
+    still open); an empty lifetime has none. At an input CTI ``c``, every snapshot
+    ``[p, q)`` between consecutive endpoints with ``q <= c`` not emitted before is final: one
+    result per group of the events active in it (``start <= p < end``), at the CTI's position.
+    Then the output CTI: the largest endpoint at or before ``c`` (``c`` itself at +inf)."""
+    members: list[_Member] = []
+    done = MIN_TIME  # snapshots ending at or before this are emitted
+    emitted = MIN_TIME
+    out: list[_Row] = []
+    for row in rows:
+        e = row.event
+        if not e.is_cti:
+            if e.edge is EdgeType.END:
+                match = next(
+                    m
+                    for m in members
+                    if m.open and m.start == e.start and m.payload == dict(e.payload)
+                )
+                match.end, match.open = e.end, False
+            else:
+                members.append(_Member(e.start, e.end, dict(e.payload), e.edge is EdgeType.START))
+            continue
+        c = e.start
+        live = [m for m in members if m.end > m.start]
+        points = sorted({m.start for m in live} | {m.end for m in live})
+        for p, q in itertools.pairwise(points):
+            if p < done or q > c:
+                continue
+            groups: dict[tuple, list[dict]] = {}
+            for m in live:
+                if m.start <= p < m.end:
+                    groups.setdefault(tuple(m.payload[k] for k in node.keys), []).append(m.payload)
+            for key in sorted(groups, key=lambda k: tuple((v is not None, v) for v in k)):
+                payload = dict(zip(node.keys, key, strict=True))
+                for name, fn in node.aggregates:
+                    payload[name] = fn(groups[key])
+                out.append(_Row(row.position, Event(EventKind.INSERT, p, q, payload)))
+        before = [p for p in points if p <= c]
+        if before:
+            done = max(done, before[-1])
+        start = c if c == MAX_TIME else (before[-1] if before else MIN_TIME)
+        if start > emitted:
+            emitted = start
+            out.append(_Row(row.position, cti(start)))
+    return out
 
 
 @dataclass(eq=False)

@@ -1,0 +1,106 @@
+"""Snapshot windows with aggregates (semantics §5).
+
+A snapshot is the span ``[p, q)`` between two consecutive event endpoints (starts and ends) of the
+input; one result per snapshot and group aggregates the events active in it. A snapshot is final
+once the input CTI reaches its end ``q``: no later event can start, and no END edge can end, before
+the CTI. CTI rule (§5): the start of the snapshot that contains the input CTI, i.e. the largest
+endpoint at or before it; a later endpoint may still split that snapshot.
+
+An open edge's end is +inf until its END edge arrives. State: the events that can still be active
+in a snapshot not yet final (their end is after the last final endpoint).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from engine.operators.window import close_edges, place_results
+from engine.rows import CTI, EDGE, END, HEADER, POS, START, EpochCache, Flow
+from engine.temporal import MAX_TIME, MIN_TIME
+
+__all__ = ["SnapshotState", "snapshot_aggregate"]
+
+
+@dataclass
+class SnapshotState:
+    """Held events, the endpoint up to which snapshots are final, and the last CTI emitted."""
+
+    held: DataFrame | None = None
+    done: int = MIN_TIME
+    emitted: int = MIN_TIME
+
+
+def snapshot_aggregate(
+    flow: Flow,
+    keys: tuple[str, ...],
+    aggregates: tuple[tuple[str, Column], ...],
+    state: SnapshotState,
+    cache: EpochCache,
+) -> tuple[Flow, SnapshotState]:
+    payload = [c for c in flow.events.columns if c not in HEADER]
+    edge = F.col(EDGE)
+    new = flow.events.filter(~edge.eqNullSafe("END")).select(
+        START, END, POS, edge.eqNullSafe("START").alias("__open"), *payload
+    )
+    events = new if state.held is None else state.held.unionByName(new)
+    events = close_edges(events, flow.events.filter(edge == "END"), payload)
+    events = cache.keep(events.filter(F.col(END) > F.col(START)))
+
+    endpoints = cache.keep(
+        events.select(F.col(START).alias("__p"))
+        .union(events.select(F.col(END).alias("__p")))
+        .distinct()
+    )
+    c_last = flow.ctis.agg(F.max(CTI)).first()[0]
+    fresh = c_last is not None  # without a CTI in this epoch nothing becomes final
+    c_last = c_last if fresh else MIN_TIME
+
+    # Final snapshots: consecutive endpoints (p, q), p >= done, q <= the epoch's last CTI.
+    after = Window.orderBy("__p")
+    snaps = (
+        endpoints.withColumn("__q", F.lead("__p").over(after))
+        .filter(F.col("__q").isNotNull())
+        .filter((F.col("__p") >= F.lit(state.done)) & (F.col("__q") <= F.lit(c_last)))
+        .filter(F.lit(fresh))
+    )
+    active = events.join(
+        F.broadcast(snaps), (F.col(START) <= F.col("__p")) & (F.col(END) > F.col("__p"))
+    )
+    grouped = active.groupBy("__p", "__q", *keys).agg(*[c.alias(n) for n, c in aggregates])
+    ctis = cache.keep(flow.ctis.withColumn("__k", F.row_number().over(Window.orderBy(POS))))
+    names = [*keys, *(n for n, _ in aggregates)]
+    results = place_results(grouped, F.col("__q"), F.col("__p"), F.col("__q"), names, ctis)
+
+    # Output CTIs: the largest endpoint at or before each input CTI (+inf stays +inf).
+    both = endpoints.select(F.col("__p").alias("__t"), F.lit(0).alias("__typ")).unionByName(
+        ctis.select(F.col(CTI).alias("__t"), F.lit(1).alias("__typ"), POS),
+        allowMissingColumns=True,
+    )
+    running = Window.orderBy("__t", "__typ").rowsBetween(Window.unboundedPreceding, 0)
+    floor = F.greatest(
+        F.lit(state.done), F.max(F.when(F.col("__typ") == 0, F.col("__t"))).over(running)
+    )
+    moved = (
+        both.withColumn("__f", floor)
+        .filter(F.col("__typ") == 1)
+        .select(
+            POS, F.when(F.col("__t") == MAX_TIME, F.col("__t")).otherwise(F.col("__f")).alias(CTI)
+        )
+    )
+    before = Window.orderBy(POS).rowsBetween(Window.unboundedPreceding, -1)
+    out_ctis = cache.keep(
+        moved.withColumn("__prev", F.greatest(F.lit(state.emitted), F.max(CTI).over(before)))
+        .filter(F.col(CTI) > F.col("__prev"))
+        .drop("__prev")
+    )
+    done = state.done
+    if fresh:
+        found = endpoints.filter(F.col("__p") <= F.lit(c_last)).agg(F.max("__p")).first()[0]
+        done = max(done, found if found is not None else MIN_TIME)
+    last_cti = MAX_TIME if c_last == MAX_TIME else done
+    held = None if c_last == MAX_TIME else events.filter(F.col(END) > F.lit(done)).localCheckpoint()
+    emitted = max(state.emitted, last_cti) if fresh else state.emitted
+    return Flow(results, out_ctis), SnapshotState(held, done, emitted)
