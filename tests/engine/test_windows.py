@@ -157,3 +157,23 @@ def test_a_pandas_udaf_is_a_window_aggregate_like_any_other(app):
     )
     # [0, 10): 1 and 5; [10, 20): 12 and 14; [20, 30): 25.
     assert [e.payload["spread"] for e in out if not e.is_cti] == [4.0, 2.0, 0.0]
+
+
+def test_snapshot_windows_aggregate_between_consecutive_endpoints(app):
+    script = EventScript()
+    script.insert("a", interval(0, 10, {"v": 1}))
+    script.insert("a", interval(5, 15, {"v": 2}))
+    script.cti("a", 20)
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+    inputs = {"a": In(EventShape.INTERVAL, explicit)}
+    build = lambda s: s["a"].snapshot_window().aggregate(n=F.count("*"), s=F.sum("v"))  # noqa: E731
+    out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, [1, 2])
+    # Endpoints 0, 5, 10, 15; at CTI 20 every snapshot is final; the output CTI is the start of
+    # the snapshot that contains 20, i.e. the last endpoint, 15.
+    assert out == [
+        interval(0, 5, {"n": 1, "s": 1}),
+        interval(5, 10, {"n": 2, "s": 3}),
+        interval(10, 15, {"n": 1, "s": 2}),
+        cti(15),
+        INF,
+    ]
