@@ -534,15 +534,7 @@ def _snapshot(node: Snapshot, rows: list[_Row]) -> list[_Row]:
     for row in rows:
         e = row.event
         if not e.is_cti:
-            if e.edge is EdgeType.END:
-                match = next(
-                    m
-                    for m in members
-                    if m.open and m.start == e.start and m.payload == dict(e.payload)
-                )
-                match.end, match.open = e.end, False
-            else:
-                members.append(_Member(e.start, e.end, dict(e.payload), e.edge is EdgeType.START))
+            _take(members, e)
             continue
         c = e.start
         live = [m for m in members if m.end > m.start]
@@ -685,6 +677,19 @@ class _Member:
     open: bool
 
 
+def _take(members: list[_Member], e: Event) -> _Member:
+    """An event joins ``members``; an END edge closes the oldest open identical edge instead.
+    Returns the member added or closed."""
+    if e.edge is EdgeType.END:
+        match = next(
+            m for m in members if m.open and m.start == e.start and m.payload == dict(e.payload)
+        )
+        match.end, match.open = e.end, False
+        return match
+    members.append(_Member(e.start, e.end, dict(e.payload), e.edge is EdgeType.START))
+    return members[-1]
+
+
 def _window(node: Window, rows: list[_Row]) -> list[_Row]:
     """Item by item: events join the operator; an END edge closes the oldest open identical
     edge; an input CTI ``c`` completes every window ``[ws, ws + size)`` with ``ws + size <= c``
@@ -711,18 +716,8 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
     for row in rows:
         e = row.event
         if not e.is_cti:
-            if e.edge is EdgeType.END:
-                match = next(
-                    m
-                    for m in members
-                    if m.open and m.start == e.start and m.payload == dict(e.payload)
-                )
-                match.end, match.open = e.end, False
-                latest = max(latest, e.end - 1)
-            else:
-                open_edge = e.edge is EdgeType.START
-                members.append(_Member(e.start, e.end, dict(e.payload), open_edge))
-                latest = max(latest, e.start if open_edge else max(e.start, e.end - 1))
+            m = _take(members, e)
+            latest = max(latest, m.start if m.open else max(m.start, m.end - 1))
             continue
         c = e.start
         if c <= last:
