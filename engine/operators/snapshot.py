@@ -2,9 +2,9 @@
 
 A snapshot is the span ``[p, q)`` between two consecutive event endpoints (starts and ends) of the
 input; one result per snapshot and group aggregates the events active in it. A snapshot is final
-once the input CTI reaches its end ``q``: no later event can start, and no END edge can end, before
-the CTI. CTI rule (§5): the start of the snapshot that contains the input CTI, i.e. the largest
-endpoint at or before it; a later endpoint may still split that snapshot.
+once the input CTI is above its end ``q``: every endpoint below the CTI is known (no later event
+starts, and no END edge ends, before it), while one at the CTI itself may still arrive. CTI rule
+(§5): the start of the snapshot known to contain the input CTI, the largest endpoint below it.
 
 An open edge's end is +inf until its END edge arrives. State: the events that can still be active
 in a snapshot not yet final (their end is after the last final endpoint).
@@ -63,7 +63,7 @@ def snapshot_aggregate(
     snaps = (
         endpoints.withColumn("__q", F.lead("__p").over(after))
         .filter(F.col("__q").isNotNull())
-        .filter((F.col("__p") >= F.lit(state.done)) & (F.col("__q") <= F.lit(c_last)))
+        .filter((F.col("__p") >= F.lit(state.done)) & (F.col("__q") < F.lit(c_last)))
         .filter(F.lit(fresh))
     )
     active = events.join(
@@ -72,20 +72,23 @@ def snapshot_aggregate(
     grouped = active.groupBy("__p", "__q", *keys).agg(*[c.alias(n) for n, c in aggregates])
     ctis = cache.keep(flow.ctis.withColumn("__k", F.row_number().over(Window.orderBy(POS))))
     names = [*keys, *(n for n, _ in aggregates)]
-    results = place_results(grouped, F.col("__q"), F.col("__p"), F.col("__q"), names, ctis)
+    # Final at the first CTI above its end.
+    done_at = F.col("__q") + F.lit(1)
+    results = place_results(grouped, done_at, F.col("__p"), F.col("__q"), names, ctis)
 
-    # Output CTIs: the largest endpoint at or before each input CTI (+inf stays +inf).
-    both = endpoints.select(F.col("__p").alias("__t"), F.lit(0).alias("__typ")).unionByName(
-        ctis.select(F.col(CTI).alias("__t"), F.lit(1).alias("__typ"), POS),
+    # Output CTIs: the largest endpoint strictly below each input CTI (a CTI sorts before an
+    # endpoint of the same value); +inf stays +inf.
+    both = endpoints.select(F.col("__p").alias("__t"), F.lit(1).alias("__typ")).unionByName(
+        ctis.select(F.col(CTI).alias("__t"), F.lit(0).alias("__typ"), POS),
         allowMissingColumns=True,
     )
     running = Window.orderBy("__t", "__typ").rowsBetween(Window.unboundedPreceding, 0)
     floor = F.greatest(
-        F.lit(state.done), F.max(F.when(F.col("__typ") == 0, F.col("__t"))).over(running)
+        F.lit(state.done), F.max(F.when(F.col("__typ") == 1, F.col("__t"))).over(running)
     )
     moved = (
         both.withColumn("__f", floor)
-        .filter(F.col("__typ") == 1)
+        .filter(F.col("__typ") == 0)
         .select(
             POS, F.when(F.col("__t") == MAX_TIME, F.col("__t")).otherwise(F.col("__f")).alias(CTI)
         )
@@ -98,7 +101,7 @@ def snapshot_aggregate(
     )
     done = state.done
     if fresh:
-        found = endpoints.filter(F.col("__p") <= F.lit(c_last)).agg(F.max("__p")).first()[0]
+        found = endpoints.filter(F.col("__p") < F.lit(c_last)).agg(F.max("__p")).first()[0]
         done = max(done, found if found is not None else MIN_TIME)
     last_cti = MAX_TIME if c_last == MAX_TIME else done
     held = None if c_last == MAX_TIME else events.filter(F.col(END) > F.lit(done)).localCheckpoint()

@@ -523,10 +523,11 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
 
 def _snapshot(node: Snapshot, rows: list[_Row]) -> list[_Row]:
     """Item by item. Endpoints are the starts and ends of the events received (+inf for an edge
-    still open); an empty lifetime has none. At an input CTI ``c``, every snapshot
-    ``[p, q)`` between consecutive endpoints with ``q <= c`` not emitted before is final: one
-    result per group of the events active in it (``start <= p < end``), at the CTI's position.
-    Then the output CTI: the largest endpoint at or before ``c`` (``c`` itself at +inf)."""
+    still open); an empty lifetime has none. At an input CTI ``c`` every endpoint below ``c`` is
+    known (later events start, and END edges end, at or after ``c``), so every snapshot ``[p, q)``
+    between consecutive endpoints with ``q < c`` not emitted before is final: one result per
+    group of the events active in it (``start <= p < end``), at the CTI's position. Then the
+    output CTI: the largest endpoint below ``c`` (``c`` itself at +inf)."""
     members: list[_Member] = []
     done = MIN_TIME  # snapshots ending at or before this are emitted
     emitted = MIN_TIME
@@ -540,7 +541,7 @@ def _snapshot(node: Snapshot, rows: list[_Row]) -> list[_Row]:
         live = [m for m in members if m.end > m.start]
         points = sorted({m.start for m in live} | {m.end for m in live})
         for p, q in itertools.pairwise(points):
-            if p < done or q > c:
+            if p < done or q >= c:
                 continue
             groups: dict[tuple, list[dict]] = {}
             for m in live:
@@ -551,7 +552,7 @@ def _snapshot(node: Snapshot, rows: list[_Row]) -> list[_Row]:
                 for name, fn in node.aggregates:
                     payload[name] = fn(groups[key])
                 out.append(_Row(row.position, Event(EventKind.INSERT, p, q, payload)))
-        before = [p for p in points if p <= c]
+        before = [p for p in points if p < c]
         if before:
             done = max(done, before[-1])
         start = c if c == MAX_TIME else (before[-1] if before else MIN_TIME)
@@ -897,7 +898,8 @@ def _egress(rows: list[_Row], shape: EventShape) -> list[Event]:
                 add(interval(e.start, e.end, payload), e.start)
             else:
                 add(edge_start(e.start, payload), e.start)
-                add(edge_end(e.start, e.end, payload), e.end)
+                if e.end < MAX_TIME:  # an end at +inf is never committed (end < CTI)
+                    add(edge_end(e.start, e.end, payload), e.end)
     return output
 
 
