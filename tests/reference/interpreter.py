@@ -61,6 +61,7 @@ from engine.temporal import MAX_TIME, MIN_TIME, format_ticks, saturating_sub
 __all__ = [
     "AlterEventDuration",
     "AlterEventLifetime",
+    "AntiJoin",
     "Binding",
     "Input",
     "Join",
@@ -178,6 +179,25 @@ class Join:
 
 
 @dataclass(frozen=True)
+class AntiJoin:
+    """§5 anti-join: the parts of each left lifetime not covered by a right event with equal keys
+    (nulls never match); payload = the left payload. Output CTI: the minimum of both sides' latest
+    CTIs.
+
+    After every position group, with ``cL``/``cR`` the sides' latest CTIs, a point ``t`` of a
+    left event is *decided* when ``t < cR`` (later right events start, and right END edges end, at
+    or after ``cR``) and the left event is complete or ``t < cL``. An uncovered fragment
+    ``[p, q)`` (as known now: open edges reach +inf) leaves once ``p`` is decided: as an interval
+    if its end is decided too (``q`` decided, or ``q`` the left event's end and that end ``<= cR``),
+    otherwise as a START edge whose END edge follows when the end is decided.
+    """
+
+    left: Node
+    right: Node
+    on: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """§5 snapshot window with an aggregate: one event per snapshot (the span between consecutive
     event endpoints) and group, over the events active in it. Output CTI: the start of the
@@ -190,6 +210,7 @@ class Snapshot:
 
 Node = (
     Input
+    | AntiJoin
     | Join
     | Snapshot
     | Where
@@ -516,6 +537,8 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
         return _window(node, _evaluate(node.child, inputs))
     if isinstance(node, Join):
         return _join(node, _evaluate(node.left, inputs), _evaluate(node.right, inputs))
+    if isinstance(node, AntiJoin):
+        return _anti_join(node, _evaluate(node.left, inputs), _evaluate(node.right, inputs))
     if isinstance(node, Snapshot):
         return _snapshot(node, _evaluate(node.child, inputs))
     raise TypeError(f"not a plan node: {node!r}")
@@ -661,6 +684,107 @@ def _join(node: Join, left: list[_Row], right: list[_Row]) -> list[_Row]:
                     )
                     pairs.append(_Pair(lh, rh, start, payload))
                     determine(pairs[-1], pos)
+        c = min(latest)
+        if c > emitted:
+            emitted = c
+            out.append(_Row(pos, cti(c)))
+    return out
+
+
+@dataclass(eq=False)
+class _Left:
+    """A left event of an anti-join: fragments below ``done`` have left; ``started`` when a START
+    edge at ``done`` is waiting for its END edge."""
+
+    held: _Held
+    done: int
+    started: bool = False
+
+
+def _uncovered(lo: int, hi: int, covers: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The maximal parts of ``[lo, hi)`` outside every ``[a, b)`` of ``covers``."""
+    out, t = [], lo
+    for a, b in sorted(covers):
+        if a >= hi or t >= hi:
+            break
+        if a > t:
+            out.append((t, a))
+        t = max(t, b)
+    if t < hi:
+        out.append((t, hi))
+    return out
+
+
+def _anti_join(node: AntiJoin, left: list[_Row], right: list[_Row]) -> list[_Row]:
+    """Rows of both sides by (position, side, events / END edges / CTI), as for the join; after
+    every position group each left event lets out the fragments that are decided, then the output
+    CTI follows when the minimum of both sides' latest CTIs rises."""
+    tagged = [
+        (row.position, side, _kind_order(row.event), seq, row)
+        for side, rows in enumerate((left, right))
+        for seq, row in enumerate(rows)
+    ]
+    tagged.sort(key=lambda t: t[:4])
+    lefts: list[_Left] = []
+    rights: list[_Held] = []
+    latest = [MIN_TIME, MIN_TIME]
+    emitted = MIN_TIME
+    out: list[_Row] = []
+
+    def matches(x: _Held, y: _Held) -> bool:
+        return all(x.payload[k] is not None and x.payload[k] == y.payload[k] for k in node.on)
+
+    def let_out(x: _Left, pos: Position) -> None:
+        h, (c_l, c_r) = x.held, latest
+        end = MAX_TIME if h.open else h.end
+        covers = [
+            (y.start, MAX_TIME if y.open else y.end)
+            for y in rights
+            if matches(h, y) and (y.open or y.end > y.start)
+        ]
+        for p, q in _uncovered(x.done, end, covers):
+            if not (p < c_r and (not h.open or p < c_l)):
+                return
+            continued = x.started and p == x.done
+            q_decided = q < MAX_TIME and (
+                (q < c_r and (not h.open or q < c_l)) or (not h.open and q == h.end <= c_r)
+            )
+            if not q_decided:
+                if not continued:
+                    out.append(
+                        _Row(pos, Event(EventKind.INSERT, p, MAX_TIME, h.payload, EdgeType.START))
+                    )
+                x.done, x.started = p, True
+                return
+            edge = EdgeType.END if continued else None
+            out.append(_Row(pos, Event(EventKind.INSERT, p, q, h.payload, edge)))
+            x.done, x.started = q, False
+
+    i = 0
+    while i < len(tagged):
+        pos = tagged[i][0]
+        while i < len(tagged) and tagged[i][0] == pos:
+            _, side, _, _, row = tagged[i]
+            i += 1
+            e = row.event
+            if e.is_cti:
+                latest[side] = e.start
+            elif e.edge is EdgeType.END:
+                held = [x.held for x in lefts] if side == 0 else rights
+                x = next(
+                    h
+                    for h in held
+                    if h.open and h.start == e.start and h.payload == dict(e.payload)
+                )
+                x.end, x.open = e.end, False
+            else:
+                x = _Held(e.start, e.end, e.edge is EdgeType.START, dict(e.payload))
+                if side == 0:
+                    lefts.append(_Left(x, x.start))
+                else:
+                    rights.append(x)
+        for x in lefts:
+            let_out(x, pos)
         c = min(latest)
         if c > emitted:
             emitted = c
@@ -938,7 +1062,7 @@ def _check_bindings(bindings: Sequence[Binding], plan: Node) -> None:
             return [node.name]
         if isinstance(node, Union):
             return [n for c in node.children for n in leaves(c)]
-        if isinstance(node, Join):
+        if isinstance(node, Join | AntiJoin):
             return leaves(node.left) + leaves(node.right)
         if hasattr(node, "child"):
             return leaves(node.child)
