@@ -1,4 +1,5 @@
-"""Adapters: the contracts (``adapters.base``) and the built-in implementations."""
+"""Adapters: the contracts (``adapters.base``), the push-style base for StreamInsight ports
+(``adapters.push``) and the built-in implementations."""
 
 from adapters.base import (
     InputAdapter,
@@ -8,12 +9,28 @@ from adapters.base import (
     OutputAdapterFactory,
     SourceItem,
 )
+from adapters.push import (
+    AdapterState,
+    ArrivalStamp,
+    EnqueueResult,
+    PushAdapterError,
+    PushInputAdapter,
+    PushInputAdapterFactory,
+    PushInputSource,
+)
 
 __all__ = [
+    "AdapterState",
+    "ArrivalStamp",
+    "EnqueueResult",
     "InputAdapter",
     "InputAdapterFactory",
     "ItemKind",
     "OutputAdapter",
     "OutputAdapterFactory",
+    "PushAdapterError",
+    "PushInputAdapter",
+    "PushInputAdapterFactory",
+    "PushInputSource",
     "SourceItem",
 ]

@@ -16,6 +16,26 @@ The engine uses a partitioned pull model:
   CTIs in delivery order (:meth:`OutputAdapter.deliver`). It can make delivery idempotent by
   remembering the last epoch it delivered (:meth:`OutputAdapter.delivered_through`).
 
+Two models of input adapter. StreamInsight's adapters *push*: the server calls ``Start()``, the
+adapter enqueues events until the server's buffer is full, then waits for ``Resume()``. This
+engine *pulls*: Spark decides when to read, reads many partitions at once and re-reads from an
+offset to replay, so :class:`InputAdapter` above is the native contract.
+
+* Use the **pull** model (this module) for any source that can be read again from a position:
+  files, brokers, tables, anything partitioned. Pull adapters read on Spark executors (``read``),
+  never on the driver; the driver only asks for partitions and the payload schema.
+* Use the **push** model (:mod:`adapters.push`: ``PushInputAdapter`` with ``start``/``resume``,
+  ``enqueue``/``enqueue_cti`` returning ``EnqueueResult.SUCCESS`` or ``FULL``, ``ready()``,
+  ``stopping``, ``stopped()``; made by a ``PushInputAdapterFactory``) to port a StreamInsight
+  adapter with its structure intact. The engine runs it behind a pull adapter with one partition
+  whose offsets are the enqueue sequence numbers, on an executor too. A push adapter cannot seek:
+  every read makes a new one and reads it from the start, so its output is repeatable only if
+  it is deterministic given its configuration (a file, a list), not for a live feed (put that
+  behind a broker and read it with a pull adapter).
+
+Output has one contract: StreamInsight's dequeue loop maps to :meth:`OutputAdapter.deliver`,
+called once per epoch with what ``Dequeue`` would have returned until ``Empty``.
+
 Adapters are made by factories, as in StreamInsight: :meth:`InputAdapterFactory.create` is called
 once per adapter instance, and :meth:`InputAdapterFactory.declare_advance_time_properties` is called
 for the same instance with the same config and shape. Settings given at binding level override
@@ -28,9 +48,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
+from engine.errors import MalformedRecordError
 from engine.events import Event, EventShape
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 from engine.settings import AdapterAdvanceTimeSettings
 
 __all__ = [
@@ -43,6 +67,9 @@ __all__ = [
 ]
 
 ConfigT = TypeVar("ConfigT")
+
+#: Rows per Arrow batch made by the default :meth:`InputAdapter.read_batches`.
+BATCH_ROWS = 8192
 
 
 class ItemKind(StrEnum):
@@ -90,8 +117,11 @@ class InputAdapter(ABC):
         :meth:`partitions`. The default does nothing."""
 
     @abstractmethod
-    def payload_schema(self) -> str:
-        """The payload columns as a Spark DDL string, e.g. ``"id int, v double"`` (driver)."""
+    def payload_schema(self) -> str | None:
+        """The payload columns as a Spark DDL string, e.g. ``"id int, v double"`` (driver), or
+        None if the adapter cannot tell: the binding must then give it (``Stream.create(...,
+        schema=...)`` or the template input it is bound to). A template input's declared schema
+        must agree with the one returned here."""
 
     @abstractmethod
     def read(self, partition: str, start_offset: int) -> Iterator[SourceItem]:
@@ -101,6 +131,66 @@ class InputAdapter(ABC):
         can be replayed. Raises :class:`engine.errors.MalformedRecordError` naming the partition
         and offset of a record that cannot be read, unless the adapter dead-letters it.
         """
+
+    def read_batches(
+        self, partition: str, start_offset: int, payload: pa.Schema
+    ) -> Iterator[pa.RecordBatch]:
+        """The items of :meth:`read`, as Arrow record batches (executor): the engine's read path.
+
+        Columns, by name: ``__kind`` (string: an :class:`ItemKind` value), ``__edge`` (string
+        ``START``/``END`` or null), ``__start`` and ``__end`` (int64 ticks; a CTI's time is in
+        ``__start``; null for END items), ``__arr`` and ``__off`` (int64), then the columns of
+        ``payload`` (the Arrow form of :meth:`payload_schema`). The same rules as :meth:`read`
+        apply; a :class:`engine.errors.MalformedRecordError` raised by the iterator stops the
+        input after the rows already yielded.
+
+        The default converts :meth:`read` in batches. Adapters whose source is columnar (Parquet,
+        Arrow IPC, a broker's record batches) override it so no Python object is made per item.
+        """
+        import pyarrow as pa
+
+        header = [
+            ("__kind", pa.string()),
+            ("__edge", pa.string()),
+            ("__start", pa.int64()),
+            ("__end", pa.int64()),
+            ("__arr", pa.int64()),
+            ("__off", pa.int64()),
+        ]
+        schema = pa.schema([*header, *payload])
+        names = payload.names
+        rows: list[tuple] = []
+
+        def flush() -> pa.RecordBatch:
+            columns = list(zip(*rows, strict=True)) if rows else [[]] * len(schema)
+            batch = pa.RecordBatch.from_arrays(
+                [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
+                schema=schema,
+            )
+            rows.clear()
+            return batch
+
+        blank = (None,) * len(names)
+        try:
+            for item in self.read(partition, start_offset):
+                ev = item.event
+                if ev is None:
+                    rows.append(
+                        (item.kind.value, None, None, None, item.arrival, item.offset, *blank)
+                    )
+                else:
+                    edge = ev.edge.value if ev.edge is not None else None
+                    values = (ev.payload.get(k) for k in names)
+                    head = (item.kind.value, edge, ev.start, ev.end, item.arrival, item.offset)
+                    rows.append((*head, *values))
+                if len(rows) >= BATCH_ROWS:
+                    yield flush()
+        except MalformedRecordError:
+            if rows:
+                yield flush()
+            raise
+        if rows:
+            yield flush()
 
 
 class OutputAdapter(ABC):

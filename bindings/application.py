@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
 from adapters.base import OutputAdapterFactory
+from bindings.template import QueryBinder, QueryTemplate
 from engine._spark import default_session
 from engine.errors import QueryBuildError
 from engine.events import EventShape
 from engine.plan import Node
 from engine.runtime import Runtime
+
+if TYPE_CHECKING:
+    from bindings.query import Query
+    from bindings.stream import Stream
 
 __all__ = ["Application"]
 
@@ -28,6 +33,41 @@ class Application:
         # from it; turning it off also shortens planning of every epoch.
         self.spark.conf.set("spark.sql.constraintPropagation.enabled", "false")
         self.queries: dict[str, Any] = {}
+        self.query_templates: dict[str, QueryTemplate] = {}
+
+    def create_query_template(
+        self, name: str, stream: Stream, description: str = ""
+    ) -> QueryTemplate:
+        """A :class:`~bindings.QueryTemplate` of ``stream`` registered under ``name``, as
+        StreamInsight's ``Application.CreateQueryTemplate``."""
+        if name in self.query_templates:
+            raise QueryBuildError(
+                f"application {self.name!r} already has a query template named {name!r}. "
+                "Fix: choose another name, or reuse app.query_templates[name]"
+            )
+        template = QueryTemplate(name, stream, description)
+        self.query_templates[name] = template
+        return template
+
+    def create_query(self, name: str, binder: QueryBinder, description: str = "") -> Query:
+        """A query named ``name`` from a :class:`~bindings.QueryBinder`'s template and bindings,
+        as StreamInsight's ``Application.CreateQuery``. Every binding problem (unknown or unbound
+        input, unsupported shape, missing or extra consumer, import of an unbound input, schema
+        disagreement with the template) raises :class:`~engine.errors.QueryBuildError` here."""
+        if not isinstance(binder, QueryBinder):
+            raise TypeError(
+                f"query {name!r}: create_query takes a QueryBinder; got {binder!r}. Fix: "
+                "app.create_query(name, QueryBinder(template).bind_producer(...).add_consumer(...))"
+            )
+        if name in self.queries:
+            raise QueryBuildError(
+                f"application {self.name!r} already has a query named {name!r}. "
+                "Fix: choose another name"
+            )
+        root, consumer = binder._resolve(name)
+        query = self._query(name, root, consumer.factory, consumer.config, consumer.shape)
+        query.description = description
+        return query
 
     def _query(
         self,
@@ -36,7 +76,7 @@ class Application:
         factory: OutputAdapterFactory[Any],
         config: Any,
         shape: EventShape,
-    ):
+    ) -> Query:
         from bindings.query import Query
 
         if name in self.queries:

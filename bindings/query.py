@@ -15,8 +15,9 @@ class Query:
     """A bound query of an :class:`~bindings.Application`. Adapters are made, settings resolved
     and imports checked when the query is created, so binding errors surface there."""
 
-    def __init__(self, name: str, runtime: Runtime) -> None:
+    def __init__(self, name: str, runtime: Runtime, description: str = "") -> None:
         self.name = name
+        self.description = description
         self._runtime = runtime
 
     def run(self, epochs: int | Sequence[datetime | int] = 1) -> None:

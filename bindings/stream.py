@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from adapters.base import InputAdapterFactory, OutputAdapterFactory
 from engine.events import EventShape
 from engine.operators.window import WindowOutput
 from engine.plan import (
+    AntiJoinNode,
     InputNode,
     JoinNode,
     LifetimeNode,
@@ -34,6 +36,13 @@ def _positive(value: timedelta | int, what: str) -> int:
             f"{what} must be at least 1 tick (1 µs); got {value!r}. Fix: pass a positive timedelta"
         )
     return ticks
+
+
+def _keys(on: str | Sequence[str], what: str) -> tuple[str, ...]:
+    keys = (on,) if isinstance(on, str) else tuple(on)
+    if not keys or not all(isinstance(k, str) and k for k in keys):
+        raise ValueError(f"{what}() needs the key column name(s) in on=, e.g. on='id'; got {on!r}")
+    return keys
 
 
 if TYPE_CHECKING:
@@ -92,6 +101,26 @@ class Stream:
             )
         return cls(InputNode(name, factory, config, shape, advance_time_settings, schema))
 
+    @classmethod
+    def input(cls, name: str, schema: str | StructType) -> Stream:
+        """An unbound input of a query template, as StreamInsight's ``CepStream<T>.Create(name)``.
+
+        ``schema`` is the payload as Spark DDL (``"id bigint, v double"``) or a ``StructType``:
+        the input's type, which every adapter bound to it must agree with. Build the query over
+        it, make a :class:`~bindings.QueryTemplate` and bind the input by ``name`` with
+        :meth:`~bindings.QueryBinder.bind_producer`.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"stream name must be a non-empty string; got {name!r}")
+        if isinstance(schema, StructType):
+            schema = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
+        if not isinstance(schema, str):
+            raise TypeError(
+                f"template input {name!r}: schema must be Spark DDL or a StructType; got "
+                f"{schema!r}. Fix: e.g. Stream.input({name!r}, 'id bigint, v double')"
+            )
+        return cls(InputNode(name, None, None, None, schema=schema))
+
     def where(self, condition: Column | str) -> Stream:
         """Keep events whose payload satisfies ``condition`` (a Column or SQL expression)."""
         cond = F.expr(condition) if isinstance(condition, str) else condition
@@ -107,10 +136,14 @@ class Stream:
         """Pairs of events with equal ``on`` columns whose lifetimes overlap; lifetime = the
         intersection; payload = this stream's columns, then ``other``'s (a clashing name gets a
         ``right_`` prefix). CTI = the older of both sides' latest CTIs."""
-        keys = (on,) if isinstance(on, str) else tuple(on)
-        if not keys or not all(isinstance(k, str) and k for k in keys):
-            raise ValueError(f"join() needs the key column name(s) in on=; got {on!r}")
-        return Stream(JoinNode(self._node, other.node, keys))
+        return Stream(JoinNode(self._node, other.node, _keys(on, "join")))
+
+    def anti_join(self, other: Stream, on: str | Sequence[str]) -> Stream:
+        """The parts of this stream's lifetimes that no event of ``other`` with equal ``on``
+        columns covers (nulls never match); payload = this stream's columns. CTI = the older of
+        both sides' latest CTIs. A part leaves once the other side's CTI has passed it, as a
+        START edge first when its end is not yet known."""
+        return Stream(AntiJoinNode(self._node, other.node, _keys(on, "anti_join")))
 
     def union(self, *others: Stream) -> Stream:
         """All events of this stream and ``others``; CTI = the older of their latest CTIs."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from pyspark.sql import Column
@@ -13,6 +13,7 @@ from engine.events import EventShape
 from engine.settings import AdvanceTimeSettings
 
 __all__ = [
+    "AntiJoinNode",
     "InputNode",
     "JoinNode",
     "LifetimeNode",
@@ -22,6 +23,7 @@ __all__ = [
     "UnionNode",
     "WhereNode",
     "WindowNode",
+    "substitute",
     "walk",
 ]
 
@@ -38,15 +40,26 @@ class Node:
 
 @dataclass(eq=False)
 class InputNode(Node):
-    """A bound input. ``order`` is the binding order (creation order of the binding)."""
+    """An input. ``order`` is the binding order (creation order of the binding).
+
+    A template input (``Stream.input``) is *unbound*: ``factory``, ``config`` and ``shape`` are
+    None and ``schema`` is its declared payload; binding copies the plan with a bound node in its
+    place (:func:`substitute`). A bound copy names its ``template``: its ``schema`` is then the
+    template's declaration, which the adapter's own schema must agree with, not an override.
+    """
 
     name: str
     factory: Any
     config: Any
-    shape: EventShape
+    shape: EventShape | None
     settings: AdvanceTimeSettings | None = None
     schema: str | None = None
     order: int = field(default_factory=lambda: next(_creation))
+    template: str | None = None
+
+    @property
+    def bound(self) -> bool:
+        return self.factory is not None
 
 
 @dataclass(eq=False)
@@ -109,6 +122,18 @@ class JoinNode(Node):
 
 
 @dataclass(eq=False)
+class AntiJoinNode(Node):
+    """The parts of left lifetimes not covered by right events with equal ``on`` columns."""
+
+    left: Node
+    right: Node
+    on: tuple[str, ...]
+
+    def children(self) -> Sequence[Node]:
+        return (self.left, self.right)
+
+
+@dataclass(eq=False)
 class SnapshotNode(Node):
     """A snapshot window with grouping keys and named aggregate Columns."""
 
@@ -141,3 +166,40 @@ def walk(root: Node) -> Iterator[Node]:
         yield node
 
     yield from visit(root)
+
+
+def substitute(root: Node, replacements: Mapping[Node, Node]) -> Node:
+    """A copy of the plan under ``root`` with each node in ``replacements`` (by identity) replaced.
+
+    Only the nodes above a replaced one are copied; the rest are shared. A node reached twice is
+    copied once, so the copy keeps the plan's sharing. Works for any node type whose children are
+    fields holding a ``Node`` or a tuple of them.
+    """
+    memo: dict[int, Node] = {}
+
+    def copy(node: Node) -> Node:
+        done = memo.get(id(node))
+        if done is not None:
+            return done
+        new = replacements.get(node)
+        if new is None:
+            changes: dict[str, Any] = {}
+            for f in fields(node):
+                value = getattr(node, f.name)
+                if isinstance(value, Node):
+                    moved: Any = copy(value)
+                    changed = moved is not value
+                elif isinstance(value, tuple) and any(isinstance(v, Node) for v in value):
+                    moved = tuple(copy(v) if isinstance(v, Node) else v for v in value)
+                    changed = any(a is not b for a, b in zip(moved, value, strict=True))
+                else:
+                    continue
+                if changed:
+                    if not f.init:
+                        raise TypeError(f"cannot copy {type(node).__name__}: {f.name} is not init")
+                    changes[f.name] = moved
+            new = replace(node, **changes) if changes else node
+        memo[id(node)] = new
+        return new
+
+    return copy(root)

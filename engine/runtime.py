@@ -16,17 +16,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from adapters.base import InputAdapter, ItemKind, OutputAdapter, SourceItem
+from adapters.base import InputAdapter, ItemKind, OutputAdapter
 from engine._spark import parse_schema
 from engine.egress import EgressState, egress_epoch
 from engine.errors import MalformedRecordError, QueryBuildError
-from engine.events import EdgeType, EventShape
+from engine.events import EventShape
 from engine.ingress import IngressState, InputSpec, PartitionState, _StopEpoch, ingress_epoch
 from engine.operators import LifetimeState, UnionState, alter_lifetime, select, union, where
+from engine.operators.anti_join import AntiJoinState, anti_join
 from engine.operators.join import JoinState, join
 from engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from engine.operators.window import WindowSpec, WindowState, window_aggregate
 from engine.plan import (
+    AntiJoinNode,
     InputNode,
     JoinNode,
     LifetimeNode,
@@ -39,7 +41,7 @@ from engine.plan import (
     walk,
 )
 from engine.rows import POS, EpochCache, Flow, payload_columns, pos_literal
-from engine.schema import check_payload_names
+from engine.schema import check_payload_names, schema_differences
 from engine.temporal import to_ticks
 
 __all__ = ["BoundInput", "Runtime"]
@@ -68,32 +70,50 @@ class BoundInput:
 
 
 def _reader(
-    adapter: InputAdapter, index: int, payload: list[str]
-) -> Callable[[tuple[int, str]], Iterator[tuple]]:
-    """The function the executors run per source partition: items to raw rows."""
+    adapter: InputAdapter, index: int, payload: StructType
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function the executors run over the input's partition list (``mapInArrow``): each
+    source partition's Arrow batches, in the raw layout (:data:`_RAW_HEADER`, then payload)."""
 
-    blank = [None] * len(payload)
+    def read(tasks: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark.sql.pandas.types import to_arrow_schema
 
-    def read(part: tuple[int, str]) -> Iterator[tuple]:
-        p, name = part
-        arrival, offset = 0, 0
-        item: SourceItem
-        try:
-            for item in adapter.read(name, 0):
-                arrival, offset = item.arrival, item.offset + 1
-                if item.kind is ItemKind.END:
-                    yield ("EOI", None, None, None, arrival, index, item.offset, p, None, *blank)
-                    continue
-                ev = item.event
-                assert ev is not None
-                kind = "CTI" if item.kind is ItemKind.CTI else "INSERT"
-                edge = ev.edge.value if isinstance(ev.edge, EdgeType) else None
-                values = [ev.payload.get(k) for k in payload]
-                yield (kind, edge, ev.start, ev.end, arrival, index, item.offset, p, None, *values)
-        except MalformedRecordError as bad:
-            # Not raised here: the run processes and delivers everything before this record
-            # (in arrival order), then raises it on the driver.
-            yield ("BAD", None, None, None, arrival, index, offset, p, str(bad), *blank)
+        arrow_payload = to_arrow_schema(payload)
+        out = to_arrow_schema(StructType(_RAW_HEADER + list(payload.fields)))
+        kinds = {ItemKind.EVENT.value: "INSERT", ItemKind.END.value: "EOI"}
+        for task in tasks:
+            for p, name in zip(task["p"].to_pylist(), task["name"].to_pylist(), strict=True):
+                arrival, offset = 0, 0
+                try:
+                    for b in adapter.read_batches(name, 0, arrow_payload):
+                        n = b.num_rows
+                        if n == 0:
+                            continue
+                        kind = b.column("__kind")
+                        for old, new in kinds.items():
+                            kind = pc.if_else(pc.equal(kind, old), new, kind)
+                        extra = {
+                            "__kind": kind,
+                            "__inp": pa.array([index] * n, pa.int32()),
+                            "__part": pa.array([p] * n, pa.int32()),
+                            "__error": pa.nulls(n, pa.string()),
+                        }
+                        columns = [
+                            extra[f.name] if f.name in extra else b.column(f.name) for f in out
+                        ]
+                        yield pa.RecordBatch.from_arrays(
+                            [c.cast(f.type) for c, f in zip(columns, out, strict=True)], schema=out
+                        )
+                        arrival = b.column("__arr")[n - 1].as_py()
+                        offset = b.column("__off")[n - 1].as_py() + 1
+                except MalformedRecordError as bad:
+                    # Not raised here: the run processes and delivers everything before this
+                    # record (in arrival order), then raises it on the driver.
+                    row = {"__kind": "BAD", "__arr": arrival, "__inp": index, "__off": offset}
+                    row |= {"__part": p, "__error": str(bad)}
+                    yield pa.RecordBatch.from_pylist([row], schema=out)
 
     return read
 
@@ -129,6 +149,14 @@ class Runtime:
         bound = []
         for index, node in enumerate(nodes):
             factory = node.factory
+            if not node.bound or node.shape is None:
+                raise QueryBuildError(
+                    f"query {self.name!r}: input {node.name!r} is an unbound template input "
+                    "(Stream.input); expected an input bound to an adapter factory. Fix: make a "
+                    f"QueryTemplate of the stream, bind {node.name!r} with "
+                    "QueryBinder(template).bind_producer(...) and call app.create_query(name, "
+                    "binder); or create the input with Stream.create"
+                )
             if node.shape not in factory.supported_shapes:
                 raise QueryBuildError(
                     f"input {node.name!r}: {type(factory).__name__} cannot make {node.shape.value} "
@@ -139,7 +167,7 @@ class Runtime:
             adapter.bound_as(node.name)
             declared = factory.declare_advance_time_properties(node.config, node.shape)
             settings = node.settings or (declared.as_binding() if declared is not None else None)
-            schema = parse_schema(node.schema or adapter.payload_schema())
+            schema = self._payload_schema(node, adapter)
             check_payload_names(schema.fieldNames())
             partitions = [str(p) for p in adapter.partitions()]
             if not partitions:
@@ -154,6 +182,33 @@ class Runtime:
             )
             bound.append(BoundInput(node, adapter, spec, schema))
         return bound
+
+    def _payload_schema(self, node: InputNode, adapter: InputAdapter) -> StructType:
+        """The binding's ``schema=`` override; else the adapter's own; for a template input the
+        template's declaration, which the adapter's own (if it declares one) must agree with."""
+        if node.schema and node.template is None:
+            return parse_schema(node.schema)
+        own = adapter.payload_schema()
+        if node.template is None or node.schema is None:
+            if own is None:
+                raise QueryBuildError(
+                    f"input {node.name!r} of query {self.name!r}: {type(adapter).__name__} "
+                    "declares no payload schema and the binding gives none. Fix: pass schema= "
+                    "(Spark DDL) to Stream.create, or declare it in the adapter factory"
+                )
+            return parse_schema(own)
+        declared = parse_schema(node.schema)
+        if own is not None:
+            diffs = schema_differences(declared, parse_schema(own))
+            if diffs:
+                raise QueryBuildError(
+                    f"query {self.name!r}: input {node.name!r} of template {node.template!r} is "
+                    f"declared as {node.schema!r}, but {type(node.factory).__name__} makes "
+                    f"adapters with payload {own!r}: {'; '.join(diffs)}. Fix: declare the "
+                    "template input with the adapter's schema, or configure the adapter to "
+                    "produce the declared one (e.g. give it an explicit schema)"
+                )
+        return declared
 
     def _import_order(self) -> list[BoundInput]:
         by_name = {b.spec.name: b for b in self.inputs}
@@ -197,11 +252,12 @@ class Runtime:
         raws = {}
         for b in self.inputs:
             parts = list(enumerate(b.spec.partitions))
-            rdd = sc.parallelize(parts, len(parts)).flatMap(
-                _reader(b.adapter, b.spec.index, b.spec.payload)
+            tasks = self.spark.createDataFrame(
+                sc.parallelize(parts, len(parts)), "p int, name string"
             )
             schema = StructType(_RAW_HEADER + list(b.schema.fields))
-            df = self.spark.createDataFrame(rdd, schema).withColumn(
+            reader = _reader(b.adapter, b.spec.index, b.schema)
+            df = tasks.mapInArrow(reader, schema).withColumn(
                 POS,
                 F.struct(
                     F.col("__arr").alias("arr"),
@@ -393,6 +449,14 @@ class Runtime:
                     flows[id(node.right)],
                     node.on,
                     ops.get(id(node)) or JoinState(),
+                    cache,
+                )
+            elif isinstance(node, AntiJoinNode):
+                flows[id(node)], ops[id(node)] = anti_join(
+                    flows[id(node.left)],
+                    flows[id(node.right)],
+                    node.on,
+                    ops.get(id(node)) or AntiJoinState(),
                     cache,
                 )
             elif isinstance(node, UnionNode):

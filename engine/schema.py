@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["RESERVED_PREFIX", "check_payload_names", "infer_payload_schema"]
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "RESERVED_PREFIX",
+    "check_payload_names",
+    "infer_payload_schema",
+    "schema_differences",
+]
 
 #: Engine header columns start with this; payload columns may not.
 RESERVED_PREFIX = "__"
@@ -62,3 +70,19 @@ def check_payload_names(names: Iterable[str]) -> None:
                 f"payload column {name!r} starts with {RESERVED_PREFIX!r}, which the engine "
                 "reserves for its own columns. Fix: rename the column"
             )
+
+
+def schema_differences(expected: StructType, got: StructType) -> list[str]:
+    """How ``got`` differs from ``expected``, column by column (name and type; the order of the
+    columns and their nullability do not count): ``"missing column `a` bigint"``,
+    ``"extra column `b` string"``, ``"column `v`: expected double, got bigint"``."""
+    want = {f.name: f.dataType.simpleString() for f in expected.fields}
+    have = {f.name: f.dataType.simpleString() for f in got.fields}
+    out = [f"missing column `{n}` {t}" for n, t in want.items() if n not in have]
+    out += [
+        f"column `{n}`: expected {t}, got {have[n]}"
+        for n, t in want.items()
+        if n in have and have[n] != t
+    ]
+    out += [f"extra column `{n}` {t}" for n, t in have.items() if n not in want]
+    return out

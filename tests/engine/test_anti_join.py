@@ -26,8 +26,7 @@ from engine import (
     point,
 )
 from tests.harness import In, spark_run
-from tests.reference import Binding, Input, run_reference
-from tests.reference.interpreter import AntiJoin
+from tests.reference import AntiJoin, Binding, Input, run_reference
 
 EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # CTI at each start
 NEVER = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))  # explicit CTIs only

@@ -13,6 +13,7 @@ from tests.harness import In, spark_run
 from tests.reference import (
     AlterEventDuration,
     AlterEventLifetime,
+    AntiJoin,
     Binding,
     Input,
     Join,
@@ -172,22 +173,23 @@ def test_windows_with_aggregates_match_the_reference(
     data=st.data(),
     case=cases(min_inputs=2, max_inputs=2, max_items=22),
     shape=SHAPES,
+    anti=st.booleans(),
     after=st.sampled_from(["-", "window", "where"]),
 )
-def test_joins_match_the_reference(app, data, case, shape, after):
+def test_joins_match_the_reference(app, data, case, shape, anti, after):
     cuts = data.draw(epoch_cuts(case.length))
-    plan = Join(Input("a"), Input("b"), ("k",))
+    plan = (AntiJoin if anti else Join)(Input("a"), Input("b"), ("k",))
     if after == "window":
         plan = Window(plan, 10, 5, ("k",), (("n", len),))
     elif after == "where":
-        plan = Where(plan, lambda p: p["v"] >= p["right_v"])
+        plan = Where(plan, lambda p: p["v"] >= p.get("right_v", 2))
 
     def build(s):
-        joined = s["a"].join(s["b"], on="k")
+        joined = s["a"].anti_join(s["b"], on="k") if anti else s["a"].join(s["b"], on="k")
         if after == "window":
             return joined.hopping_window(10, 5).group_by("k").aggregate(n=F.count("*"))
         if after == "where":
-            return joined.where(F.col("v") >= F.col("right_v"))
+            return joined.where(F.col("v") >= (F.lit(2) if anti else F.col("right_v")))
         return joined
 
     _agree(app, case, plan, build, shape, cuts)

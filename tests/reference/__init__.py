@@ -3,6 +3,7 @@
 from .interpreter import (
     AlterEventDuration,
     AlterEventLifetime,
+    AntiJoin,
     Binding,
     Input,
     Join,
@@ -21,6 +22,7 @@ from .interpreter import (
 __all__ = [
     "AlterEventDuration",
     "AlterEventLifetime",
+    "AntiJoin",
     "Binding",
     "Input",
     "Join",
