@@ -130,6 +130,29 @@ _DEAD_LETTER_HINT = (
     " Or set FileInputConfig.dead_letter_path to skip malformed records into a file."
 )
 _PARQUET_BATCH_ROWS = 4096
+#: Rows per batch of the columnar Parquet path.
+_COLUMNAR_BATCH_ROWS = 65536
+
+
+def _plain(t: Any) -> Any:
+    """The Arrow type the engine hands to Spark for a file column type (``None``: no plain
+    equivalent): nanosecond timestamps become microseconds, large strings strings."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz=t.tz) if t.tz is not None else None
+    if pa.types.is_large_string(t):
+        return pa.string()
+    return t
+
+
+def _plain_array(a: Any) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(a.type):
+        a = a.dictionary_decode()
+    target = _plain(a.type)
+    return a if target == a.type else a.cast(target, safe=False)
 
 
 def _fspath(value: Any) -> Any:
@@ -501,6 +524,167 @@ class FileInputAdapter(InputAdapter):
         if n >= start_offset:
             end_arrival = n if arrival_column is None else (high if high is not None else 0)
             yield SourceItem(ItemKind.END, n, end_arrival)
+
+    def read_batches(self, partition: str, start_offset: int, payload: Any) -> Iterator[Any]:
+        """:meth:`read` as Arrow batches. Parquet files are read column by column, with no Python
+        object per row, while every row is well-formed and every column has the type the row
+        path would accept without conversion (timestamps with a zone or int64 ticks, a boolean
+        CTI flag, a string edge column, payload columns of the schema's exact types); from the
+        first batch where that does not hold, the rest of the file goes through :meth:`read`,
+        so errors, dead letters and offsets are exactly the same."""
+        if self._format_of(partition) != "parquet":
+            yield from super().read_batches(partition, start_offset, payload)
+            return
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(partition)
+        try:
+            columns = self._columnar_columns(pf.schema_arrow, payload)
+            index, high = 0, None
+            if columns is not None:
+                for batch in pf.iter_batches(batch_size=_COLUMNAR_BATCH_ROWS, columns=columns):
+                    done = self._columnar_batch(batch, index, high, payload)
+                    if done is None:
+                        break
+                    out, high = done
+                    n = batch.num_rows
+                    if index + n > start_offset:
+                        yield out.slice(max(0, start_offset - index))
+                    index += n
+                else:
+                    if index >= start_offset:
+                        yield self._end_batch(index, high, payload)
+                    return
+            yield from super().read_batches(partition, max(index, start_offset), payload)
+        finally:
+            pf.close()
+
+    def _columnar_columns(self, file_schema: Any, payload: Any) -> list[str] | None:
+        """The file columns the columnar path reads, or None when a type rules it out."""
+        import pyarrow as pa
+
+        cfg = self._config
+        names = set(file_schema.names)
+
+        def kind(name: str) -> pa.DataType | None:
+            t = file_schema.field(name).type
+            return t.value_type if pa.types.is_dictionary(t) else t
+
+        def is_time(name: str | None) -> bool:
+            if name is None or name not in names:
+                return name is None
+            t = kind(name)
+            return pa.types.is_int64(t) or (pa.types.is_timestamp(t) and t.tz is not None)
+
+        times = [cfg.time_column, cfg.end_column, cfg.arrival_column]
+        if cfg.time_column not in names or not all(is_time(c) for c in times):
+            return None
+        for name, test in (
+            (cfg.cti_column, pa.types.is_boolean),
+            (cfg.edge_column, pa.types.is_string),
+        ):
+            if name is not None and name in names and not test(kind(name)):
+                return None
+        for f in payload:
+            if f.name in names and _plain(kind(f.name)) != f.type:
+                return None
+        wanted = [*times, cfg.cti_column, cfg.edge_column, *payload.names]
+        return [c for c in dict.fromkeys(wanted) if c is not None and c in names]
+
+    def _columnar_batch(
+        self, batch: Any, index: int, high: int | None, payload: Any
+    ) -> tuple[Any, int | None] | None:
+        """The raw batch of ``batch`` (rows ``index``..), and the new arrival high mark; None
+        when a row is malformed (the row path then reports or dead-letters it)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        cfg, shape, n = self._config, self._shape, batch.num_rows
+        names = set(batch.schema.names)
+
+        def column(name: str | None) -> Any:
+            if name is None or name not in names:
+                return None
+            a = batch.column(name)
+            return a.dictionary_decode() if pa.types.is_dictionary(a.type) else a
+
+        def ticks(name: str | None) -> Any:
+            a = column(name)
+            if a is None:
+                return pa.nulls(n, pa.int64())
+            if pa.types.is_timestamp(a.type):
+                a = a.cast(pa.timestamp("us", tz=a.type.tz), safe=False)
+            return a.cast(pa.int64())
+
+        ok = pc.is_valid(start := ticks(cfg.time_column))
+        flags = column(cfg.cti_column)
+        is_cti = pa.repeat(False, n) if flags is None else pc.fill_null(flags, False)
+        event = pc.invert(is_cti)
+        finite = pc.and_(pc.not_equal(start, MIN_TIME), pc.not_equal(start, MAX_TIME))
+        ok = pc.and_(ok, pc.or_(is_cti, finite))
+        edge = pa.nulls(n, pa.string())
+        if shape is EventShape.POINT:
+            end = pc.if_else(is_cti, start, pc.add(start, 1))
+        else:
+            end = ticks(cfg.end_column)
+            after = pc.fill_null(pc.greater(end, start), False)
+            needs_end = event
+            if shape is EventShape.EDGE:
+                raw_edge = column(cfg.edge_column)
+                upper = pc.utf8_upper(raw_edge) if raw_edge is not None else edge
+                known = pc.fill_null(pc.is_in(upper, value_set=pa.array(["START", "END"])), False)
+                ok = pc.and_(ok, pc.or_(is_cti, known))
+                edge = pc.if_else(is_cti, pa.scalar(None, pa.string()), upper)
+                needs_end = pc.and_(event, pc.fill_null(pc.equal(upper, "END"), False))
+                end = pc.if_else(pc.fill_null(pc.equal(upper, "START"), False), MAX_TIME, end)
+            ok = pc.and_(ok, pc.or_(pc.invert(needs_end), after))
+            end = pc.if_else(is_cti, start, end)
+        if cfg.arrival_column is None:
+            arrival = pa.array(range(index, index + n), pa.int64())
+        else:
+            arrival = ticks(cfg.arrival_column)
+            ok = pc.and_(ok, pc.is_valid(arrival))
+            bounded = pc.and_(pc.not_equal(arrival, MIN_TIME), pc.not_equal(arrival, MAX_TIME))
+            ok = pc.and_(ok, pc.fill_null(bounded, False))
+        if not pc.all(pc.fill_null(ok, False)).as_py():
+            return None
+        if cfg.arrival_column is not None and n:
+            floor = pa.concat_arrays([pa.array([high if high is not None else MIN_TIME]), arrival])
+            if not pc.all(pc.greater_equal(floor[1:], floor[:-1])).as_py():
+                return None
+            high = arrival[n - 1].as_py()
+        kind = pc.if_else(is_cti, ItemKind.CTI.value, ItemKind.EVENT.value)
+        header = {
+            "__kind": kind,
+            "__edge": edge,
+            "__start": start,
+            "__end": end,
+            "__arr": arrival,
+            "__off": pa.array(range(index, index + n), pa.int64()),
+        }
+        values = [
+            _plain_array(column(f.name)) if f.name in names else pa.nulls(n, f.type)
+            for f in payload
+        ]
+        if flags is not None:  # a CTI row has no payload
+            values = [pc.if_else(is_cti, pa.scalar(None, v.type), v) for v in values]
+        arrays = [*header.values(), *values]
+        return pa.RecordBatch.from_arrays(arrays, names=[*header, *payload.names]), high
+
+    def _end_batch(self, n: int, high: int | None, payload: Any) -> Any:
+        import pyarrow as pa
+
+        arrival = n if self._config.arrival_column is None else (high if high is not None else 0)
+        row = {"__kind": ItemKind.END.value, "__arr": arrival, "__off": n}
+        header = [
+            pa.field("__kind", pa.string()),
+            pa.field("__edge", pa.string()),
+            pa.field("__start", pa.int64()),
+            pa.field("__end", pa.int64()),
+            pa.field("__arr", pa.int64()),
+            pa.field("__off", pa.int64()),
+        ]
+        return pa.RecordBatch.from_pylist([row], schema=pa.schema([*header, *payload]))
 
     # -- helpers ------------------------------------------------------------------------------
     def _files(self) -> list[tuple[str, FileFormat]]:

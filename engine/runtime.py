@@ -8,15 +8,15 @@ keeps it cached while the epochs run. Output is the same for any cut (semantics 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
-from adapters.base import InputAdapter, ItemKind, OutputAdapter
+from adapters.base import InputAdapter, OutputAdapter
 from engine._spark import parse_schema
 from engine.egress import EgressState, egress_epoch
 from engine.errors import MalformedRecordError, QueryBuildError
@@ -42,21 +42,10 @@ from engine.plan import (
 )
 from engine.rows import POS, EpochCache, Flow, payload_columns, pos_literal
 from engine.schema import check_payload_names, schema_differences
+from engine.source import read_input
 from engine.temporal import to_ticks
 
 __all__ = ["BoundInput", "Runtime"]
-
-_RAW_HEADER = [
-    StructField("__kind", StringType(), False),
-    StructField("__edge", StringType(), True),
-    StructField("__start", LongType(), True),
-    StructField("__end", LongType(), True),
-    StructField("__arr", LongType(), False),
-    StructField("__inp", IntegerType(), False),
-    StructField("__off", LongType(), False),
-    StructField("__part", IntegerType(), False),
-    StructField("__error", StringType(), True),
-]
 
 
 @dataclass
@@ -67,55 +56,6 @@ class BoundInput:
     adapter: InputAdapter
     spec: InputSpec
     schema: StructType
-
-
-def _reader(
-    adapter: InputAdapter, index: int, payload: StructType
-) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The function the executors run over the input's partition list (``mapInArrow``): each
-    source partition's Arrow batches, in the raw layout (:data:`_RAW_HEADER`, then payload)."""
-
-    def read(tasks: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        arrow_payload = to_arrow_schema(payload)
-        out = to_arrow_schema(StructType(_RAW_HEADER + list(payload.fields)))
-        kinds = {ItemKind.EVENT.value: "INSERT", ItemKind.END.value: "EOI"}
-        for task in tasks:
-            for p, name in zip(task["p"].to_pylist(), task["name"].to_pylist(), strict=True):
-                arrival, offset = 0, 0
-                try:
-                    for b in adapter.read_batches(name, 0, arrow_payload):
-                        n = b.num_rows
-                        if n == 0:
-                            continue
-                        kind = b.column("__kind")
-                        for old, new in kinds.items():
-                            kind = pc.if_else(pc.equal(kind, old), new, kind)
-                        extra = {
-                            "__kind": kind,
-                            "__inp": pa.array([index] * n, pa.int32()),
-                            "__part": pa.array([p] * n, pa.int32()),
-                            "__error": pa.nulls(n, pa.string()),
-                        }
-                        columns = [
-                            extra[f.name] if f.name in extra else b.column(f.name) for f in out
-                        ]
-                        yield pa.RecordBatch.from_arrays(
-                            [c.cast(f.type) for c, f in zip(columns, out, strict=True)], schema=out
-                        )
-                        arrival = b.column("__arr")[n - 1].as_py()
-                        offset = b.column("__off")[n - 1].as_py() + 1
-                except MalformedRecordError as bad:
-                    # Not raised here: the run processes and delivers everything before this
-                    # record (in arrival order), then raises it on the driver.
-                    row = {"__kind": "BAD", "__arr": arrival, "__inp": index, "__off": offset}
-                    row |= {"__part": p, "__error": str(bad)}
-                    yield pa.RecordBatch.from_pylist([row], schema=out)
-
-    return read
 
 
 @dataclass
@@ -248,16 +188,11 @@ class Runtime:
 
     # -- running ------------------------------------------------------------------------------
     def _read_all(self) -> dict[int, DataFrame]:
-        sc = self.spark.sparkContext
         raws = {}
         for b in self.inputs:
-            parts = list(enumerate(b.spec.partitions))
-            tasks = self.spark.createDataFrame(
-                sc.parallelize(parts, len(parts)), "p int, name string"
-            )
-            schema = StructType(_RAW_HEADER + list(b.schema.fields))
-            reader = _reader(b.adapter, b.spec.index, b.schema)
-            df = tasks.mapInArrow(reader, schema).withColumn(
+            df = read_input(
+                self.spark, b.adapter, b.spec.index, b.spec.partitions, b.schema
+            ).withColumn(
                 POS,
                 F.struct(
                     F.col("__arr").alias("arr"),

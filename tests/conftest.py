@@ -39,7 +39,7 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "2g")
+        .config("spark.driver.memory", "3g")
         .config("spark.sql.adaptive.enabled", "false")
         # Tests run thousands of tiny epochs: compiling code for each plan costs more than it saves.
         .config("spark.sql.codegen.wholeStage", "false")

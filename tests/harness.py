@@ -51,5 +51,10 @@ def spark_run(
     root = build(streams) if build else next(iter(streams.values()))
     sink = f"out{next(_names)}"
     query = root.to_query(app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), shape)
-    query.run(epochs=epochs)
-    return MemoryOutputFactory.collected(sink), query.metrics()
+    try:
+        query.run(epochs=epochs)
+        return MemoryOutputFactory.collected(sink), query.metrics()
+    finally:
+        # The session-wide application would keep every query and the cached state DataFrames
+        # of its operators; dropping it lets Spark clean them up (thousands of runs per suite).
+        app.queries.pop(sink, None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import runpy
 from pathlib import Path
 
+from tests.brokers.kafka import kafka_broker  # noqa: F401 - a fixture
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -39,3 +41,48 @@ def test_lookup_join_follows_the_data_stream_only_with_cti_import(spark):
     # The late update (limit 60 from 20 s) takes effect from the CTI at its arrival (30 s) on.
     limits = {(e.start - t0) // second: e.payload["limit"] for e in imported if not e.is_cti}
     assert limits == {t: 50 if t < 30 else 60 for t in range(1, 41)}
+
+
+def test_adapter_factories_pull_push_and_output_adapters(spark, capsys):
+    module = runpy.run_path(str(EXAMPLES / "adapter_factories.py"))
+    from bindings import Application
+
+    out = module["run"](Application("factories-test", spark))
+    t0 = 1_795_262_400 * 1_000_000
+    events = [((e.start - t0) // 1_000_000, e.payload) for e in out if not e.is_cti]
+    # [0, 10 s): meter 1 0.5 + 0.7, meter 2 1.5 (its 9.9 at 3 s arrives after the shard's CTI at
+    # 10 s and is dropped), meter 3 2.0 + 1.0 (pushed); [10, 20 s): 0.2, 1.0, 4.0.
+    assert events == [
+        (0, {"meter": 1, "kwh": 1.2, "n": 2}),
+        (0, {"meter": 2, "kwh": 1.5, "n": 1}),
+        (0, {"meter": 3, "kwh": 3.0, "n": 2}),
+        (10, {"meter": 1, "kwh": 0.2, "n": 1}),
+        (10, {"meter": 2, "kwh": 1.0, "n": 1}),
+        (10, {"meter": 3, "kwh": 4.0, "n": 1}),
+    ]
+    assert "'dropped': 1" in capsys.readouterr().out
+
+
+def test_query_binder_binds_one_template_to_memory_and_to_kafka(spark, kafka_broker, capsys):  # noqa: F811
+    import json
+
+    from bindings import Application
+    from tests.adapters.test_kafka import raw_records
+
+    module = runpy.run_path(str(EXAMPLES / "query_binder.py"))
+    source, sink = kafka_broker.create_topic(1), kafka_broker.create_topic(1)
+    argv = ["--bootstrap", kafka_broker.bootstrap, "--source", source, "--sink", sink]
+    module["main"](argv, Application("binder-example", spark))
+    # Hottest per sensor per 10 s: s1 max(20.5, 24.0), s2 31.0; then s1 22.0, s2 29.5.
+    expected = [
+        ("2026-11-21T12:00:00+00:00", "s1", 24.0),
+        ("2026-11-21T12:00:00+00:00", "s2", 31.0),
+        ("2026-11-21T12:00:10+00:00", "s1", 22.0),
+        ("2026-11-21T12:00:10+00:00", "s2", 29.5),
+    ]
+    values = [json.loads(r.value) for r in raw_records(kafka_broker.bootstrap, sink)]
+    assert [(v["start"], v["sensor"], v["celsius"]) for v in values] == expected
+    printed = [line for line in capsys.readouterr().out.splitlines() if "event" in line]
+    assert [line.split("'sensor': ")[1] for line in printed] == [
+        f"'{s}', 'celsius': {c}}}" for _, s, c in expected
+    ]

@@ -1,0 +1,115 @@
+"""Reading inputs on Spark: each bound input adapter becomes a Python Data Source.
+
+The driver knows the adapter's source partitions (asked once when the query is built); the Data
+Source hands one Spark input partition per source partition to the executors, where the adapter
+(pickled with the source class: it holds configuration only) reads Arrow batches
+(:meth:`adapters.base.InputAdapter.read_batches`). Batches get the engine's raw layout: the item's
+kind, edge, start, end, arrival, input index, offset, partition index and, for a malformed record,
+its error, then the payload.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from adapters.base import InputAdapter, ItemKind
+from engine.errors import MalformedRecordError
+
+__all__ = ["RAW_HEADER", "read_input"]
+
+RAW_HEADER = [
+    StructField("__kind", StringType(), False),
+    StructField("__edge", StringType(), True),
+    StructField("__start", LongType(), True),
+    StructField("__end", LongType(), True),
+    StructField("__arr", LongType(), False),
+    StructField("__inp", IntegerType(), False),
+    StructField("__off", LongType(), False),
+    StructField("__part", IntegerType(), False),
+    StructField("__error", StringType(), True),
+]
+
+_KINDS = {ItemKind.EVENT.value: "INSERT", ItemKind.CTI.value: "CTI", ItemKind.END.value: "EOI"}
+_names = itertools.count()
+
+
+def raw_batches(
+    adapter: InputAdapter, index: int, p: int, name: str, payload: StructType
+) -> Iterator[Any]:
+    """Source partition ``name`` (index ``p``) of input ``index`` as raw Arrow batches. A
+    malformed record ends it with one BAD row (after everything before it), which the driver
+    raises once everything before it in arrival order has been delivered."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    out = to_arrow_schema(StructType(RAW_HEADER + list(payload.fields)), timezone="UTC")
+    arrival, offset = 0, 0
+    try:
+        for b in adapter.read_batches(name, 0, to_arrow_schema(payload, timezone="UTC")):
+            n = b.num_rows
+            if n == 0:
+                continue
+            kind = b.column("__kind")
+            for old, new in _KINDS.items():
+                kind = pc.if_else(pc.equal(kind, old), new, kind)
+            extra = {
+                "__kind": kind,
+                "__inp": pa.array([index] * n, pa.int32()),
+                "__part": pa.array([p] * n, pa.int32()),
+                "__error": pa.nulls(n, pa.string()),
+            }
+            columns = [extra[f.name] if f.name in extra else b.column(f.name) for f in out]
+            yield pa.RecordBatch.from_arrays(
+                [c.cast(f.type) for c, f in zip(columns, out, strict=True)], schema=out
+            )
+            arrival = b.column("__arr")[n - 1].as_py()
+            offset = b.column("__off")[n - 1].as_py() + 1
+    except MalformedRecordError as bad:
+        row = {"__kind": "BAD", "__arr": arrival, "__inp": index, "__off": offset}
+        row |= {"__part": p, "__error": str(bad)}
+        yield pa.RecordBatch.from_pylist([row], schema=out)
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, adapter: InputAdapter, index: int, parts: list[str], payload: StructType):
+        self._adapter, self._index, self._parts, self._payload = adapter, index, parts, payload
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(p) for p in range(len(self._parts))]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        p = partition.value
+        yield from raw_batches(self._adapter, self._index, p, self._parts[p], self._payload)
+
+
+def read_input(
+    spark: SparkSession,
+    adapter: InputAdapter,
+    index: int,
+    partitions: list[str],
+    payload: StructType,
+) -> DataFrame:
+    """The raw rows of one input, read on the executors through a Python Data Source."""
+    schema = StructType(RAW_HEADER + list(payload.fields))
+    name = f"ctistream_input_{next(_names)}"
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return name
+
+        def schema(self) -> StructType:
+            return schema
+
+        def reader(self, schema: StructType) -> DataSourceReader:
+            return _Reader(adapter, index, partitions, payload)
+
+    spark.dataSource.register(Source)
+    return spark.read.format(name).load()
