@@ -7,8 +7,12 @@ The engine uses a partitioned pull model:
   partition's own order from a resumable offset (:meth:`InputAdapter.read`). The offset given is
   the *next* offset to read: reading from ``0`` reads everything, and a query restarted after
   offset ``n`` was committed reads from ``n + 1``.
-* ``read`` runs on Spark executors: the adapter object is pickled to them, so it must hold only
-  its configuration. Clients (files, sockets) are opened inside ``read``, never in ``__init__``.
+* ``read`` runs on Spark executors: the engine turns each bound adapter into a Python Data
+  Source (``pyspark.sql.datasource``, see ``engine/source.py``) with one Spark input partition per
+  source partition, and the adapter object is pickled to the executors with it, so it must hold
+  only its configuration. Clients (files, sockets, broker consumers) are opened inside ``read``,
+  never in ``__init__``. What the executors call is :meth:`InputAdapter.read_batches`, which by
+  default turns ``read``'s items into Arrow batches; columnar sources override it.
 * Every item carries an *arrival* stamp (ticks, or a counter for scripted sources). The engine
   orders all items of all inputs by (arrival, binding order of the input, offset, partition):
   semantics §4. Explicit CTIs are items too: an adapter enqueues them in its partition's order.

@@ -222,3 +222,62 @@ def test_snapshot_windows_match_the_reference(app, data, case, shape, keyed, pre
         return windowed.aggregate(n=F.count("*"), s=F.sum("v"))
 
     _agree(app, case, plan, build, shape, cuts)
+
+
+# Random compositions: every plan's payload is (k, v), so any operator can follow any other.
+@st.composite
+def compositions(draw, names: tuple[str, ...], budget: int):
+    """``(reference plan, Spark builder, operators used)`` with at most ``budget`` operators."""
+    if budget == 0 or draw(st.integers(0, 4)) == 0:
+        name = draw(st.sampled_from(names))
+        return Input(name), (lambda s: s[name]), 0
+    op = draw(st.sampled_from(["unary", "window", "snapshot", "union", "join", "anti_join"]))
+    if op in ("union", "join", "anti_join"):
+        lp, lb, ln = draw(compositions(names, budget - 1))
+        rp, rb, rn = draw(compositions(names, budget - 1 - ln))
+        used = 1 + ln + rn
+        if op == "union":
+            return Union((lp, rp)), (lambda s: lb(s).union(rb(s))), used
+        if op == "anti_join":
+            return AntiJoin(lp, rp, ("k",)), (lambda s: lb(s).anti_join(rb(s), on="k")), used
+        plan = Select(Join(lp, rp, ("k",)), lambda p: {"k": p["k"], "v": p["v"] + p["right_v"]})
+        v = (F.col("v") + F.col("right_v")).alias("v")
+        return plan, (lambda s: lb(s).join(rb(s), on="k").select("k", v)), used
+    cp, cb, cn = draw(compositions(names, budget - 1))
+    if op == "unary":
+        ref, spark = UNARY[draw(st.sampled_from(sorted(UNARY)))]
+        return ref(cp), (lambda s: spark(cb(s))), cn + 1
+    if op == "window":
+        size, hop = draw(st.sampled_from([(10, 5), (8, 8)]))
+        plan = Window(cp, size, hop, ("k",), (("v", len),))
+        build = lambda s: (  # noqa: E731
+            cb(s).hopping_window(size, hop).group_by("k").aggregate(v=F.count("*"))
+        )
+        return plan, build, cn + 1
+    plan = Snapshot(cp, ("k",), (("v", len),))
+    build = lambda s: cb(s).snapshot_window().group_by("k").aggregate(v=F.count("*"))  # noqa: E731
+    return plan, build, cn + 1
+
+
+def _leaves(plan) -> set[str]:
+    if isinstance(plan, Input):
+        return {plan.name}
+    children = getattr(plan, "children", None) or tuple(
+        getattr(plan, f) for f in ("child", "left", "right") if hasattr(plan, f)
+    )
+    return set().union(*(_leaves(c) for c in children))
+
+
+@given(data=st.data(), case=cases(max_inputs=3, max_items=16), shape=SHAPES)
+def test_random_compositions_of_operators_match_the_reference(app, data, case, shape):
+    """1-4 operators of every kind over 1-3 inputs; inputs the plan leaves out join it through a
+    union at the top, so every bound input (and every CTI import) is in the query."""
+    cuts = data.draw(epoch_cuts(case.length))
+    names = tuple(case.shapes)
+    plan, build, _ = data.draw(compositions(names, data.draw(st.integers(1, 4))))
+    rest = [n for n in names if n not in _leaves(plan)]
+    if rest:
+        plan = Union((plan, *(Input(n) for n in rest)))
+        inner = build
+        build = lambda s: inner(s).union(*(s[n] for n in rest))  # noqa: E731
+    _agree(app, case, plan, build, shape, cuts)
