@@ -401,6 +401,17 @@ class Runtime:
                 )
             else:  # pragma: no cover - every node type is handled above
                 raise TypeError(f"unknown plan node {node!r}")
+            if id(node) in ops:
+                # Operators use their inputs several times (events, CTIs, held state), so a
+                # plan that embeds its whole upstream plan grows multiplicatively with depth and
+                # Spark's analyzer runs out of memory on a few stacked joins and windows. A lazy
+                # local checkpoint makes each operator's output a leaf for the operators after it
+                # (computed once, when first used, and no extra job).
+                flow = flows[id(node)]
+                flows[id(node)] = Flow(
+                    flow.events.localCheckpoint(eager=False),
+                    flow.ctis.localCheckpoint(eager=False),
+                )
         root = flows[id(self.root)]
         items, egress = egress_epoch(
             root, self.output_shape, payload_columns(root.events), self._egress, cache

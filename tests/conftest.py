@@ -44,8 +44,12 @@ def spark():
         # Tests run thousands of tiny epochs: compiling code for each plan costs more than it saves.
         .config("spark.sql.codegen.wholeStage", "false")
         .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
-        .getOrCreate()
     )
+    from engine._spark import LEAN_STATUS
+
+    for key, value in LEAN_STATUS.items():
+        session = session.config(key, value)
+    session = session.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
