@@ -1,0 +1,6 @@
+"""Benchmarks: the engine side by side with native Spark Structured Streaming on the same data.
+
+``python -m benchmarks.run --help``. ``data`` writes the inputs; ``engine_side`` and ``native``
+run B1/B2 on each side; ``sink`` is the engine's counting output adapter; ``one_partition`` reads
+the micro-batch files as one source partition; ``memory`` samples a process tree's peak memory.
+"""
