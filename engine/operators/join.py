@@ -143,8 +143,12 @@ def _first_cti_at_or_above(
             allowMissingColumns=True,
         )
     )
-    after = Window.orderBy("__t", "__typ").rowsBetween(0, Window.unboundedFollowing)
-    found = F.first(F.when(F.col("__typ") == 1, F.col("__m")), ignorenulls=True).over(after)
+    # The first CTI at or after each row in (value, CTIs after values) order, found as the last
+    # one so far in the reverse order: a running frame, linear (a frame to the end is not).
+    after = Window.orderBy(F.desc("__t"), F.desc("__typ")).rowsBetween(
+        Window.unboundedPreceding, Window.currentRow
+    )
+    found = F.last(F.when(F.col("__typ") == 1, F.col("__m")), ignorenulls=True).over(after)
     moment = F.when(F.col(value).isNull(), F.lit(None)).when(
         F.col(value) <= F.lit(before), _beginning()
     )
