@@ -92,7 +92,8 @@ def _side_events(
         F.lit(True).alias("__new"),
         *payload,
     )
-    rank = Window.partitionBy(_AT, START, *payload).orderBy(START)
+    # Unique per moment: several events can arrive at one position (a window's results).
+    rank = Window.partitionBy(_AT).orderBy(START, *payload)
     new = new.withColumn(
         _ID, F.struct(F.col(_AT).alias("at"), F.row_number().over(rank).alias("n"))
     )

@@ -5,6 +5,7 @@ bounded state. Expected timelines are worked out by hand in the comments."""
 from __future__ import annotations
 
 import pytest
+from pyspark.sql import functions as F
 
 from adapters.memory import (
     EventScript,
@@ -26,7 +27,7 @@ from engine import (
     point,
 )
 from tests.harness import In, spark_run
-from tests.reference import AntiJoin, Binding, Input, run_reference
+from tests.reference import AntiJoin, Binding, Input, Window, run_reference
 
 EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # CTI at each start
 NEVER = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))  # explicit CTIs only
@@ -140,3 +141,30 @@ def test_state_keeps_only_what_can_still_change(app, flush, held):
     # [t, t+3) minus [t+1, t+2): [t, t+1) and [t+2, t+3), for t = 0, 4, ..., 36.
     pieces = [interval(a, a + 1, {"k": t % 3}) for t in range(0, 40, 4) for a in (t, t + 2)]
     assert [e for e in out if not e.is_cti and e.start < 50] == pieces
+
+
+def test_several_left_events_at_one_position_keep_their_own_identity(app):
+    """Window results completed by one CTI arrive at one position; the anti-join (and join)
+    must tell them apart (found by a random composition: they once shared an identity)."""
+    script = EventScript()
+    for e in (edge_start(13, {"k": 0}), edge_end(13, 17, {"k": 0}), edge_start(16, {"k": 0})):
+        script.insert("a", e)
+    script.cti("a", 30)
+    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, -1, False))
+    inputs = {"a": In(EventShape.EDGE, settings, "k bigint")}
+
+    def build(s):
+        windows = s["a"].hopping_window(10, 5).group_by("k").aggregate(v=F.count("*"))
+        return windows.anti_join(s["a"], on="k")
+
+    out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, 1)
+    plan = AntiJoin(Window(Input("a"), 10, 5, ("k",), (("v", len),)), Input("a"), ("k",))
+    expected = run_reference(script, [Binding("a", settings, ("k",))], plan, EventShape.INTERVAL)
+    assert out == expected.output
+    # The input covers [13, +inf) for k = 0. Windows [5, 15), [10, 20), [15, 25) hold 1, 2, 2
+    # events ([13, 17) and the open [16, ...)) and complete at CTI 30; their uncovered parts
+    # are [5, 13) and [10, 13) (the third is covered whole).
+    assert [e for e in out if not e.is_cti] == [
+        interval(5, 13, {"k": 0, "v": 1}),
+        interval(10, 13, {"k": 0, "v": 2}),
+    ]
