@@ -49,7 +49,7 @@ what the factory declares.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
@@ -115,6 +115,13 @@ class InputAdapter(ABC):
     @abstractmethod
     def partitions(self) -> Sequence[str]:
         """The source partitions, declared when the input starts (driver). Never empty."""
+
+    def latest_offsets(self) -> Mapping[str, int] | None:
+        """Live sources (driver, before each epoch of a started query): take a new snapshot of
+        every partition's end, where :meth:`read` stops from now on, and return per partition
+        the offset after the last item now available. Bounded sources return None (the
+        default): the engine reads them to their end once."""
+        return None
 
     def bound_as(self, name: str) -> None:  # noqa: B027 - optional hook
         """Called once on the driver with the name the input is bound under, before

@@ -635,6 +635,19 @@ class EventHubInputAdapter(InputAdapter):
         )
         return list(self._ends)
 
+    def latest_offsets(self) -> Mapping[str, int]:
+        """A new snapshot (see :meth:`partitions`): the next sequence number per partition."""
+        before = None if self._ends is None else set(self._ends)
+        self.partitions()
+        assert self._ends is not None
+        if before is not None and set(self._ends) != before:
+            raise EventHubsAdapterError(
+                f"event hub {self._config.hub!r} now has partitions {sorted(self._ends)}; the "
+                f"query started with {sorted(before)}. Fix: restart the query with a new "
+                "checkpoint directory to read the new partitions"
+            )
+        return {p: last + 1 for p, last in self._ends.items()}
+
     @property
     def last_sequence_numbers(self) -> Mapping[str, int] | None:
         """The snapshot by partition id (None before :meth:`partitions`)."""

@@ -687,6 +687,19 @@ class KafkaInputAdapter(InputAdapter):
         )
         return list(self._ends)
 
+    def latest_offsets(self) -> Mapping[str, int]:
+        """A new end-offset snapshot (see :meth:`partitions`): the next offset per partition."""
+        before = None if self._ends is None else set(self._ends)
+        self.partitions()
+        assert self._ends is not None
+        if before is not None and set(self._ends) != before:
+            raise KafkaAdapterError(
+                f"Kafka topic {self._config.topic!r} now has partitions {sorted(self._ends)}; "
+                f"the query started with {sorted(before)}. Fix: restart the query with a new "
+                "checkpoint directory to read the new partitions"
+            )
+        return dict(self._ends)
+
     @property
     def end_offsets(self) -> Mapping[str, int] | None:
         """The end-offset snapshot by partition name (None before :meth:`partitions`)."""

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
+from os import PathLike
 from typing import Any
 
 from engine.runtime import Runtime
+from engine.streaming import Streamer
+from engine.timeline import Timeline
+from engine.trace import Trace
 
 __all__ = ["Query"]
 
@@ -19,20 +23,135 @@ class Query:
         self.name = name
         self.description = description
         self._runtime = runtime
+        self._trace: Trace | None = None
+        self._streamer: Streamer | None = None
 
-    def run(self, epochs: int | Sequence[datetime | int] = 1) -> None:
+    def run(
+        self,
+        epochs: int | Sequence[datetime | int] = 1,
+        *,
+        trace: bool | Trace = False,
+        progress: bool = False,
+    ) -> None:
         """Run over bounded inputs to their end, then stop (inputs that flush on stop flush).
 
         ``epochs``: how many epochs to cut the arrival sequence into, or the arrival stamps at
         which to cut. The output is the same for any cut (semantics §4).
+        ``trace``: record what :meth:`timeline` draws (``True``, or a :class:`engine.trace.Trace`
+        to set its cap); off by default, and free when off. A traced run costs one small Spark
+        job per epoch more. ``progress``: print a line per epoch to stderr (epoch k/n, seconds,
+        items delivered, output CTI); the same goes to the ``ctistream.runtime`` logger at INFO
+        either way.
         """
-        self._runtime.run(epochs)
+        self._runtime.progress = 0 if progress else None
+        if trace is True:
+            trace = Trace()
+        self._trace = trace or None
+        self._runtime.run(epochs, trace=self._trace)
+
+    def start(
+        self,
+        trigger: timedelta | None = timedelta(milliseconds=200),
+        *,
+        checkpoint: str | PathLike[str] | None = None,
+        checkpoint_every: int = 10,
+        max_offsets_per_epoch: int | None = None,
+        idle_timeout: timedelta | None = None,
+    ) -> None:
+        """Run epochs continuously until :meth:`stop`: every ``trigger`` (at most; an epoch
+        that takes longer starts the next one right after it), each over what the inputs hold
+        then (:mod:`engine.streaming`). ``trigger=None`` runs no loop: call :meth:`step`.
+
+        ``checkpoint``: the query's checkpoint directory. Offsets are logged before every
+        epoch and the whole state is written every ``checkpoint_every`` epochs; a query started
+        again on the same directory restores it and replays what came after, so its output
+        adapter receives every epoch exactly once (semantics §9).
+        ``max_offsets_per_epoch``: read at most this many offsets of each live partition per
+        epoch (None: all that is there), to keep epochs small when a backlog waits.
+        ``idle_timeout``: an input that generates its CTIs and has had nothing new for this
+        long advances by time-driven CTIs: the wall clock minus its late-arrival tolerance
+        (ordering settings) or its generation delay (semantics §7); logged for replay.
+        """
+        if self._streamer is not None and not self._streamer.stopped:
+            raise RuntimeError(
+                f"query {self.name!r} is already started; expected a stopped query. Fix: call "
+                "stop() first"
+            )
+        self._streamer = Streamer(
+            self._runtime,
+            None if checkpoint is None else str(checkpoint),
+            checkpoint_every,
+            max_offsets_per_epoch,
+            None if idle_timeout is None else idle_timeout.total_seconds(),
+        )
+        if trigger is not None:
+            self._streamer.start(trigger.total_seconds())
+
+    def step(self) -> None:
+        """Run one epoch now (a query started with ``trigger=None``)."""
+        self._started().step()
+
+    def stop(self, flush: bool = True) -> None:
+        """Stop a started query: finish the running epoch, then run a last one in which inputs
+        that flush on stop flush (unless ``flush=False``), and close the output. Raises what
+        stopped the loop, if anything did."""
+        streamer = self._started()
+        self._streamer = None
+        streamer.stop(flush)
+
+    def exception(self) -> BaseException | None:
+        """What stopped a started query's loop, or None while it runs (or after it stopped)."""
+        return None if self._streamer is None else self._streamer.error
+
+    def _started(self) -> Streamer:
+        if self._streamer is None:
+            raise RuntimeError(
+                f"query {self.name!r} is not started. Fix: call query.start(...) first"
+            )
+        return self._streamer
+
+    @property
+    def trace(self) -> Trace | None:
+        """What the last traced run recorded (also when it failed part-way), or None."""
+        return self._trace
+
+    def timeline(
+        self,
+        png: str | PathLike[str] | None = None,
+        html: str | PathLike[str] | None = None,
+    ) -> Timeline:
+        """The timeline of the last traced run: each input's events by event time against
+        arrival, its CTIs, dropped and adjusted events, and each operator's and the query's
+        output CTIs. Writes a PNG to ``png`` and a self-contained HTML page to ``html`` when
+        given; the returned :class:`engine.timeline.Timeline` renders either on demand.
+
+        Raises ``RuntimeError`` when the query has not run with ``trace=True``.
+        """
+        if self._trace is None:
+            raise RuntimeError(
+                f"query {self.name!r} has no trace to draw a timeline from; expected a run with "
+                "tracing on. Fix: call query.run(trace=True) (or run(epochs, trace=True)) first"
+            )
+        timeline = Timeline(self._trace)
+        if png is not None:
+            timeline.png(png)
+        if html is not None:
+            timeline.html(html)
+        return timeline
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Per input: events in, CTIs explicit / generated / imported / ignored, dropped,
-        adjusted, and the input's current CTI (ticks)."""
+        adjusted (and ``dropped_by_reason`` / ``adjusted_by_reason``: cti-violation, early, late,
+        out-of-order, no-event-time), the input's current CTI (ticks), ``watermark_delay`` and,
+        for an input with substreams (``EventOrderingSettings(over=...)``), ``keys``: the same
+        per key with its watermark."""
         return self._runtime.metrics()
 
     def operator_metrics(self) -> dict[str, dict[str, Any]]:
         """Per stateful operator: the rows of state it holds and the last CTI it emitted."""
         return self._runtime.operator_metrics()
+
+    def watermark_delay(self) -> timedelta | None:
+        """Wall clock minus the latest output CTI (semantics §8), or None while there is none
+        (-inf) or the output is flushed (+inf). Per input and per key: ``metrics()``."""
+        return self._runtime.watermark_delay()

@@ -25,7 +25,7 @@ from engine.plan import (
     WhereNode,
     WindowNode,
 )
-from engine.settings import AdvanceTimeSettings
+from engine.settings import AdvanceTimeSettings, EventOrderingSettings
 from engine.temporal import to_duration_ticks
 
 
@@ -76,11 +76,16 @@ class Stream:
         advance_time_settings: AdvanceTimeSettings | None = None,
         *,
         schema: str | None = None,
+        ordering: EventOrderingSettings | None = None,
     ) -> Stream:
         """Bind an input adapter, as StreamInsight's ``CepStream.Create``.
 
         ``advance_time_settings`` override what ``factory.declare_advance_time_properties``
-        declares. ``schema`` (Spark DDL) overrides the adapter's payload schema.
+        declares. ``schema`` (Spark DDL) overrides the adapter's payload schema. ``ordering``:
+        arrival-time policies (semantics §7, Azure Stream Analytics' event ordering) for a point
+        input: event time from a payload column, late / early / out-of-order rules, and the
+        watermark as the input's CTIs; the factory's declared settings are then not used, and
+        ``advance_time_settings`` may only import CTIs.
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"stream name must be a non-empty string; got {name!r}")
@@ -99,7 +104,16 @@ class Stream:
                 f"{type(advance_time_settings).__name__}. Fix: wrap generation settings as "
                 "AdvanceTimeSettings(AdvanceTimeGenerationSettings(...), None, policy)"
             )
-        return cls(InputNode(name, factory, config, shape, advance_time_settings, schema))
+        if ordering is not None and not isinstance(ordering, EventOrderingSettings):
+            raise TypeError(
+                f"input {name!r}: ordering must be EventOrderingSettings; got "
+                f"{type(ordering).__name__}. Fix: ordering=EventOrderingSettings(event_time=...)"
+            )
+        return cls(
+            InputNode(
+                name, factory, config, shape, advance_time_settings, schema, ordering=ordering
+            )
+        )
 
     @classmethod
     def input(cls, name: str, schema: str | StructType) -> Stream:

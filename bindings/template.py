@@ -35,7 +35,7 @@ from engine._spark import parse_schema
 from engine.errors import QueryBuildError
 from engine.events import EventShape
 from engine.plan import InputNode, Node, substitute, walk
-from engine.settings import AdvanceTimeSettings
+from engine.settings import AdvanceTimeSettings, EventOrderingSettings
 
 __all__ = ["QueryBinder", "QueryTemplate"]
 
@@ -122,13 +122,17 @@ class QueryBinder:
         config: Any,
         shape: EventShape,
         advance_time_settings: AdvanceTimeSettings | None = None,
+        *,
+        ordering: EventOrderingSettings | None = None,
     ) -> QueryBinder:
         """Bind the template input ``name`` to adapters made by ``factory`` from ``config``,
-        producing events of ``shape``; ``advance_time_settings`` as in :meth:`Stream.create`
-        (they override the factory's declared settings, and may import another bound input's
-        CTIs)."""
+        producing events of ``shape``; ``advance_time_settings`` and ``ordering`` as in
+        :meth:`Stream.create` (they override the factory's declared settings, and may import
+        another bound input's CTIs)."""
         # Stream.create checks the argument types and stamps the binding order.
-        node = Stream.create(name, factory, config, shape, advance_time_settings).node
+        node = Stream.create(
+            name, factory, config, shape, advance_time_settings, ordering=ordering
+        ).node
         assert isinstance(node, InputNode)
         self._producers.append(node)
         return self

@@ -19,6 +19,8 @@ from engine.settings import (
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
+    EventOrderingSettings,
+    OrderingAction,
 )
 from engine.temporal import MAX_TIME, MIN_TIME, TICK
 
@@ -35,8 +37,10 @@ __all__ = [
     "EdgeType",
     "Event",
     "EventKind",
+    "EventOrderingSettings",
     "EventShape",
     "MalformedRecordError",
+    "OrderingAction",
     "QueryBuildError",
     "WindowOutput",
     "cti",

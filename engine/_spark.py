@@ -22,19 +22,23 @@ LEAN_STATUS = {
 
 
 def default_session(app_name: str, master: str | None = None) -> SparkSession:
-    """An existing active session, or a new local one tuned for small epochs.
+    """An existing active session, or a new one tuned for small epochs.
 
-    ``master`` defaults to ``$CTISTREAM_MASTER`` or ``local[*]``. Executors use this Python.
+    ``master`` defaults to ``$CTISTREAM_MASTER``, else to what Spark is given otherwise
+    (``spark-submit --master``, ``spark.master`` in ``spark-defaults.conf``), else ``local[*]``.
+    Executors use this Python unless ``$PYSPARK_PYTHON`` says otherwise.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    master = master or os.environ.get("CTISTREAM_MASTER")
+    if master:  # else spark-submit's --master or Spark's own default (local[*]) stays in force
+        builder = builder.master(master)
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master or os.environ.get("CTISTREAM_MASTER", "local[*]"))
-        .config("spark.ui.enabled", "false")
+        builder.config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", os.environ.get("CTISTREAM_SHUFFLE_PARTITIONS", "2"))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from engine.errors import CtiViolationError, MalformedRecordError
 from engine.events import EdgeType, Event, EventKind
@@ -50,16 +50,6 @@ __all__ = ["IngressState", "InputSpec", "PartitionState", "ingress_epoch"]
 _P = "__p"  # the source partition whose sequence a row belongs to
 _SRC = "__src"  # for broadcast rows: "import" or "flush"
 
-_STATE_SCHEMA = StructType(
-    [
-        StructField(_P, IntegerType(), False),
-        StructField("__s_cnt", LongType(), False),
-        StructField("__s_ms", LongType(), True),
-        StructField("__s_per", LongType(), True),
-        StructField("__s_cti", LongType(), False),
-    ]
-)
-
 
 @dataclass
 class InputSpec:
@@ -71,11 +61,25 @@ class InputSpec:
     settings: AdvanceTimeSettings | None
     payload: list[str]
     edges: bool = False
+    #: EventOrderingSettings (§7): engine.ordering runs before this ingress and sends its
+    #: watermarks as ``WM`` rows, taken like generated CTIs
+    ordering: Any = None
 
     @property
     def flush_on_stop(self) -> bool:
+        if self.ordering is not None:
+            return bool(self.ordering.flush_on_stop)
         gen = self.settings.generation if self.settings else None
         return bool(gen and gen.flush_on_stop)
+
+    @property
+    def policy(self) -> AdvanceTimePolicy | None:
+        """The violation policy; an ordered input without settings follows its action."""
+        if self.settings is not None:
+            return self.settings.policy
+        if self.ordering is not None:
+            return AdvanceTimePolicy(self.ordering.action.value)
+        return None
 
 
 @dataclass
@@ -120,6 +124,7 @@ def ingress_epoch(
     flush_at_stop: bool,
     state: IngressState,
     cache: EpochCache,
+    trace: Any = None,
 ) -> tuple[Flow, IngressState]:
     """Run one epoch of ``spec``'s ingress.
 
@@ -130,7 +135,7 @@ def ingress_epoch(
     """
     settings = spec.settings
     gen = settings.generation if settings else None
-    policy = settings.policy if settings else None
+    policy = spec.policy
     payload = spec.payload
     n_parts = len(spec.partitions)
 
@@ -163,16 +168,20 @@ def ingress_epoch(
                 F.lit("flush").alias(_SRC),
             )
         )
-    parts = spark.createDataFrame([(p,) for p in range(n_parts)], f"{_P} int")
+    every_partition = F.explode(F.sequence(F.lit(0), F.lit(n_parts - 1))).alias(_P)
     seq = own
     for b in broadcast:
-        seq = seq.unionByName(b.crossJoin(parts), allowMissingColumns=True)
+        seq = seq.unionByName(b.select("*", every_partition), allowMissingColumns=True)
 
-    st = spark.createDataFrame(
-        [(p, s.count, s.max_start, s.period, s.cti) for p, s in enumerate(state.partitions)],
-        _STATE_SCHEMA,
+    # The partitions' state before the epoch, as literals picked by partition index (a join
+    # with a state table would cost a broadcast job per epoch).
+    seq = seq.select(
+        "*",
+        _per_partition([s.count for s in state.partitions]).alias("__s_cnt"),
+        _per_partition([s.max_start for s in state.partitions]).alias("__s_ms"),
+        _per_partition([s.period for s in state.partitions]).alias("__s_per"),
+        _per_partition([s.cti for s in state.partitions]).alias("__s_cti"),
     )
-    seq = seq.join(F.broadcast(st), _P)
 
     w = Window.partitionBy(_P).orderBy(POS)
     upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
@@ -183,7 +192,7 @@ def ingress_epoch(
     counted = insert & ~is_end.eqNullSafe(True)
 
     a = seq.withColumn("__counted", counted)
-    contrib = F.when(kind == "CTI", F.col(START)).when(kind == "BCAST", F.col(START))
+    contrib = F.when(kind.isin("CTI", "BCAST", "WM"), F.col(START))
     if spec.flush_on_stop:
         contrib = contrib.when(kind == "EOI", F.lit(MAX_TIME))
     if gen is not None:
@@ -249,7 +258,14 @@ def ingress_epoch(
     )
     ctis = cache.keep(min_of_latest(change, _P, [s.cti for s in state.partitions], state.emitted))
     new_state.emitted = max(state.emitted, min(s.cti for s in new_state.partitions))
-    return Flow(events, ctis), new_state
+    if trace is not None:  # engine.trace.Trace: opt-in, records the epoch for the timeline
+        trace.ingress(spec, a, events, ctis)
+    return Flow(events, ctis, spec.edges), new_state
+
+
+def _per_partition(values: list[int | None]) -> F.Column:
+    """``values[p]`` for each row's partition ``p``."""
+    return F.element_at(F.array(*[F.lit(v).cast("long") for v in values]), F.col(_P) + F.lit(1))
 
 
 def _stop_pos(index: int) -> F.Column:
@@ -269,7 +285,7 @@ def _collect_state(
     flush = (c(KIND) == "BCAST") & (c(_SRC) == "flush")
     if spec.flush_on_stop:
         flush = flush | (c(KIND) == "EOI")
-    gen_cti = (c("__gen") | flush) & (c("__ca") > c("__cb"))
+    gen_cti = (c("__gen") | flush | (c(KIND) == "WM")) & (c("__ca") > c("__cb"))
     rows = (
         a.groupBy(_P)
         .agg(

@@ -10,7 +10,7 @@ from typing import Any
 from pyspark.sql import Column
 
 from engine.events import EventShape
-from engine.settings import AdvanceTimeSettings
+from engine.settings import AdvanceTimeSettings, EventOrderingSettings
 
 __all__ = [
     "AntiJoinNode",
@@ -46,6 +46,7 @@ class InputNode(Node):
     None and ``schema`` is its declared payload; binding copies the plan with a bound node in its
     place (:func:`substitute`). A bound copy names its ``template``: its ``schema`` is then the
     template's declaration, which the adapter's own schema must agree with, not an override.
+    ``ordering``: the input's arrival-time policies (semantics §7), or None.
     """
 
     name: str
@@ -56,6 +57,7 @@ class InputNode(Node):
     schema: str | None = None
     order: int = field(default_factory=lambda: next(_creation))
     template: str | None = None
+    ordering: EventOrderingSettings | None = None
 
     @property
     def bound(self) -> bool:

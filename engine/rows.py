@@ -71,10 +71,12 @@ class EpochCache:
 
 @dataclass(frozen=True)
 class Flow:
-    """One operator's output for one epoch: its events and its CTIs."""
+    """One operator's output for one epoch: its events and its CTIs. ``edges``: whether the
+    events can hold edges (False lets operators skip matching END edges)."""
 
     events: DataFrame
     ctis: DataFrame
+    edges: bool = True
 
 
 def payload_columns(df: DataFrame) -> list[str]:

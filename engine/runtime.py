@@ -8,8 +8,12 @@ keeps it cached while the epochs run. Output is the same for any cut (semantics 
 
 from __future__ import annotations
 
+import logging
+import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -27,6 +31,13 @@ from engine.operators.anti_join import AntiJoinState, anti_join
 from engine.operators.join import JoinState, join
 from engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from engine.operators.window import WindowSpec, WindowState, window_aggregate
+from engine.ordering import (
+    OrderingState,
+    check_ordering,
+    complete_metrics,
+    order_epoch,
+    watermark_delay,
+)
 from engine.plan import (
     AntiJoinNode,
     InputNode,
@@ -43,9 +54,13 @@ from engine.plan import (
 from engine.rows import POS, EpochCache, Flow, payload_columns, pos_literal
 from engine.schema import check_payload_names, schema_differences
 from engine.source import read_input
-from engine.temporal import to_ticks
+from engine.temporal import MIN_TIME, format_ticks, to_ticks
 
 __all__ = ["BoundInput", "Runtime"]
+
+#: One record per epoch; ``record.ctistream`` holds the fields (query, epoch, seconds, items,
+#: output_cti) for structured handlers.
+log = logging.getLogger("ctistream.runtime")
 
 
 @dataclass
@@ -69,6 +84,10 @@ class Runtime:
     output_shape: EventShape
     inputs: list[BoundInput] = field(init=False)
     _ingress: dict[int, IngressState] = field(init=False, default_factory=dict)
+    _ordering: dict[int, OrderingState] = field(init=False, default_factory=dict)
+    _trace: Any = field(init=False, default=None)  # engine.trace.Trace of a traced run
+    #: print a line per epoch to stderr: None (off), 0 (count unknown) or the number of epochs
+    progress: int | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.inputs = self._bind()
@@ -109,6 +128,9 @@ class Runtime:
             settings = node.settings or (declared.as_binding() if declared is not None else None)
             schema = self._payload_schema(node, adapter)
             check_payload_names(schema.fieldNames())
+            if node.ordering is not None:  # §7: its watermark replaces the declared generation
+                settings = node.settings
+                check_ordering(node.name, node.ordering, node.shape, settings, schema)
             partitions = [str(p) for p in adapter.partitions()]
             if not partitions:
                 raise QueryBuildError(f"input {node.name!r}: its adapter declares no partitions")
@@ -119,6 +141,7 @@ class Runtime:
                 settings,
                 schema.fieldNames(),
                 edges=node.shape is EventShape.EDGE,
+                ordering=node.ordering,
             )
             bound.append(BoundInput(node, adapter, spec, schema))
         return bound
@@ -187,12 +210,25 @@ class Runtime:
         return order
 
     # -- running ------------------------------------------------------------------------------
-    def _read_all(self) -> dict[int, DataFrame]:
+    def _read_all(
+        self, ranges: dict[int, Any] | None = None, floor: int | None = None
+    ) -> dict[int, DataFrame]:
+        """Every input's raw rows (``ranges``: per input, the offsets to read per partition, as
+        :func:`engine.source.read_input`), cached. ``floor``: arrival stamps below it are raised
+        to it (a started query's epochs, see :mod:`engine.streaming`)."""
         raws = {}
         for b in self.inputs:
             df = read_input(
-                self.spark, b.adapter, b.spec.index, b.spec.partitions, b.schema
-            ).withColumn(
+                self.spark,
+                b.adapter,
+                b.spec.index,
+                b.spec.partitions,
+                b.schema,
+                None if ranges is None else ranges[b.spec.index],
+            )
+            if floor is not None:
+                df = df.withColumn("__arr", F.greatest(F.col("__arr"), F.lit(floor)))
+            df = df.withColumn(
                 POS,
                 F.struct(
                     F.col("__arr").alias("arr"),
@@ -230,39 +266,93 @@ class Runtime:
         qs = arrivals.approxQuantile("__arr", [i / epochs for i in range(1, epochs)], 0.0)
         return sorted({int(q) for q in qs})
 
-    def run(self, epochs: int | Sequence[Any] = 1, stop: bool = True) -> None:
+    def run(self, epochs: int | Sequence[Any] = 1, stop: bool = True, trace: Any = None) -> None:
         """Run bounded inputs to their end in epochs (semantics §4), then stop (flushing the
-        inputs that flush on stop when ``stop``)."""
+        inputs that flush on stop when ``stop``). ``trace``: an :class:`engine.trace.Trace` to
+        record the run's timeline in, or None (no tracing, no cost)."""
+        self._trace = trace
+        if trace is not None:
+            trace.start(self)
         raws = self._read_all()
         bad = self._first_malformed(raws)
         limit = tuple(bad[POS]) if bad is not None else None
         cuts = self._cuts(raws, epochs)
         bounds = list(zip([None, *cuts], [*cuts, None], strict=True))
-        self._ingress = {
-            b.spec.index: IngressState([PartitionState() for _ in b.spec.partitions])
-            for b in self.inputs
-        }
-        self._ops: dict[int, Any] = {}
-        self._egress = EgressState()
+        if self.progress is not None:
+            self.progress = len(bounds)
+        self.reset_state()
         delivered = self.output.delivered_through()
         try:
             for k, (lo, hi) in enumerate(bounds):
                 last = k == len(bounds) - 1
-                try:
-                    items = self._epoch(raws, lo, hi, stop and last and bad is None, limit)
-                except _StopEpoch as stopped:
-                    items = self._epoch(raws, lo, hi, False, stopped.pos)
-                    if delivered is None or k > delivered:
-                        self.output.deliver(k, items)
-                    raise stopped.error from None
-                if delivered is None or k > delivered:
-                    self.output.deliver(k, items)
+                self.run_epoch(k, raws, lo, hi, stop and last and bad is None, limit, delivered)
             if bad is not None:
                 raise MalformedRecordError(bad["__error"])
         finally:
+            self._trace = None  # only this run is traced (not a later start())
             self.output.close()
             for df in raws.values():
                 df.unpersist()
+
+    def reset_state(self) -> None:
+        """The state before the first epoch."""
+        self._ingress = {
+            b.spec.index: IngressState([PartitionState() for _ in b.spec.partitions])
+            for b in self.inputs
+        }
+        self._ordering = {
+            b.spec.index: OrderingState.initial(len(b.spec.partitions))
+            for b in self.inputs
+            if b.spec.ordering is not None
+        }
+        self._ops: dict[int, Any] = {}
+        self._egress = EgressState()
+
+    def run_epoch(
+        self,
+        k: int,
+        raws: dict[int, DataFrame],
+        lo: int | None,
+        hi: int | None,
+        stopping: bool,
+        limit: tuple | None,
+        delivered: int | None,
+    ) -> None:
+        """Run epoch ``k`` (items with arrival in [lo, hi) and position below ``limit``) and
+        deliver it unless the output already has it. Bad input found in it (a CTI violation
+        without a policy, an END edge without a START) delivers everything before it and then
+        raises."""
+        t0 = time.perf_counter()
+        try:
+            items = self._epoch(raws, lo, hi, stopping, limit)
+        except _StopEpoch as stopped:
+            items = self._epoch(raws, lo, hi, False, stopped.pos)
+            if delivered is None or k > delivered:
+                self.output.deliver(k, items)
+            raise stopped.error from None
+        if delivered is None or k > delivered:
+            self.output.deliver(k, items)
+        seconds = time.perf_counter() - t0
+        cti = self._egress.last_cti
+        fields = {"query": self.name, "epoch": k, "seconds": round(seconds, 3)}
+        fields |= {"items": len(items), "output_cti": cti}
+        log.info(
+            "query %s: epoch %d in %.2f s, %d items delivered, output CTI %s",
+            self.name,
+            k,
+            seconds,
+            len(items),
+            format_ticks(cti),
+            extra={"ctistream": fields},
+        )
+        if self.progress is not None:
+            total = f"/{self.progress}" if self.progress else ""
+            print(
+                f"[{self.name}] epoch {k + 1}{total}: {seconds:.1f} s, {len(items)} items, "
+                f"output CTI {format_ticks(cti)}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Per input: counts by kind (§8) and the current CTI."""
@@ -285,8 +375,14 @@ class Runtime:
             )
             m.update(st.counts)
             m["cti"] = st.emitted
-            out[b.spec.name] = m
+            ordering = self._ordering.get(b.spec.index)
+            out[b.spec.name] = complete_metrics(m, b.spec.ordering, ordering)
         return out
+
+    def watermark_delay(self) -> timedelta | None:
+        """Wall clock minus the query's latest output CTI (§8); None while it is -inf / +inf."""
+        egress = getattr(self, "_egress", None)
+        return watermark_delay(egress.last_cti if egress is not None else MIN_TIME)
 
     def operator_metrics(self) -> dict[str, dict[str, Any]]:
         """Per stateful operator (``"<n>:<kind>"`` in plan order): rows of state it holds now and
@@ -321,8 +417,12 @@ class Runtime:
             cache.release()
 
     def _epoch_plan(self, raws, lo, hi, stopping, before, cache: EpochCache) -> list:
+        trace = self._trace
+        if trace is not None:
+            trace.begin_epoch(lo, hi)
         flows: dict[int, Flow] = {}
         ingress = dict(self._ingress)
+        ordering = dict(self._ordering)
         ops = dict(self._ops)
         for b in self._order:
             raw = raws[b.spec.index]
@@ -332,6 +432,9 @@ class Runtime:
                 raw = raw.filter(F.col("__arr") < hi)
             if before is not None:
                 raw = raw.filter(F.col(POS) < pos_literal(*before))
+            if b.spec.ordering is not None:  # §7 before §3 (engine/ordering.py)
+                idx = b.spec.index
+                raw, ordering[idx] = order_epoch(b.spec.ordering, raw, ordering[idx], cache)
             imp = b.spec.settings.import_settings if b.spec.settings else None
             imports = None
             if imp is not None:
@@ -344,6 +447,7 @@ class Runtime:
                 stopping and b.spec.flush_on_stop,
                 ingress[b.spec.index],
                 cache,
+                trace,
             )
             flows[id(b.node)] = flow
         for node in walk(self.root):
@@ -411,12 +515,18 @@ class Runtime:
                 flows[id(node)] = Flow(
                     flow.events.localCheckpoint(eager=False),
                     flow.ctis.localCheckpoint(eager=False),
+                    flow.edges,
                 )
+                if trace is not None:
+                    trace.operator(node, flows[id(node)])
         root = flows[id(self.root)]
         items, egress = egress_epoch(
             root, self.output_shape, payload_columns(root.events), self._egress, cache
         )
+        if trace is not None:
+            trace.end_epoch(root)
         self._ingress, self._ops, self._egress = ingress, ops, egress
+        self._ordering = ordering
         return items
 
     def _node(self, name: str) -> InputNode:

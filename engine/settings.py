@@ -1,4 +1,5 @@
-"""Advance-time settings: how an input gets its CTIs (semantics §3).
+"""Advance-time settings: how an input gets its CTIs (semantics §3), and the arrival-time
+policies of an input (semantics §7: :class:`EventOrderingSettings`).
 
 Frozen, validated pydantic models. As in StreamInsight they can be built positionally::
 
@@ -25,6 +26,8 @@ __all__ = [
     "AdvanceTimeImportSettings",
     "AdvanceTimePolicy",
     "AdvanceTimeSettings",
+    "EventOrderingSettings",
+    "OrderingAction",
 ]
 
 
@@ -216,3 +219,117 @@ class AdapterAdvanceTimeSettings(BaseModel):
     def as_binding(self) -> AdvanceTimeSettings:
         """The same settings in binding form (no import)."""
         return AdvanceTimeSettings(self.generation, None, self.policy)
+
+
+class OrderingAction(StrEnum):
+    """What an arrival-time policy does to a late or out-of-order event (semantics §7)."""
+
+    #: The event is dropped (and counted by reason).
+    DROP = "DROP"
+    #: The event's application time moves (to ``arrival - late_arrival_tolerance``, or to the
+    #: watermark); the payload's event-time field keeps its value.
+    ADJUST = "ADJUST"
+
+
+def _column_name(value: Any, what: str, example: str) -> Any:
+    if value is None:
+        return value
+    if not isinstance(value, str) or not value.strip() or value.startswith("__"):
+        raise ValueError(
+            f"{what} must name a payload column (a non-empty string not starting with '__'); "
+            f"got {value!r}. Fix: e.g. {what}={example!r}"
+        )
+    return value
+
+
+class EventOrderingSettings(BaseModel):
+    """Arrival-time policies of one input, as Azure Stream Analytics' event ordering (§7).
+
+    ``event_time``: the payload column holding each event's time ("TIMESTAMP BY"), a timestamp
+    or an integer of ticks; it becomes the event's application time (the adapter's own start is
+    not used). ``None``: the arrival time is the application time (ASA's default, Flink's
+    ingestion time); the tolerances and the early window are then disregarded, as arrival never
+    goes backwards in a partition.
+
+    Per event, in arrival order, per source partition (and per key with ``over``):
+
+    1. ``early_arrival_window`` (``None`` turns it off): an event whose time is more than this
+       ahead of its arrival is dropped (reason ``early``);
+    2. ``late_arrival_tolerance``: an event whose time is more than this behind its arrival is
+       late: ``DROP``, or ``ADJUST`` to ``arrival - tolerance`` (reason ``late``);
+    3. ``out_of_order_tolerance``: the watermark is ``max event time seen - tolerance`` (over the
+       original times of the events not dropped as early); an event below it is out of order:
+       ``DROP``, or ``ADJUST`` to the watermark (reason ``out-of-order``). The watermark is the
+       input's CTI, emitted right after the event that raises it.
+
+    ``over``: a key column: every key gets its own watermark and policies (ASA substreams).
+    ``flush_on_stop``: a CTI at ``+inf`` follows the last event when the input ends or the query
+    stops, as :class:`AdvanceTimeGenerationSettings`. Point inputs only. Durations are
+    ``timedelta`` or ``int`` ticks (1 tick = 1 µs) and may not be negative.
+    """
+
+    model_config = _FROZEN
+
+    event_time: str | None = "event_time"
+    out_of_order_tolerance: _Duration = timedelta(0)
+    late_arrival_tolerance: _Duration = timedelta(seconds=5)
+    early_arrival_window: _Duration | None = timedelta(minutes=5)
+    action: OrderingAction = OrderingAction.ADJUST
+    over: str | None = None
+    flush_on_stop: bool = False
+
+    @field_validator("event_time", mode="before")
+    @classmethod
+    def _check_event_time(cls, value: Any) -> Any:
+        return _column_name(value, "event_time", "event_time")
+
+    @field_validator("over", mode="before")
+    @classmethod
+    def _check_over(cls, value: Any) -> Any:
+        return _column_name(value, "over", "device_id")
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _check_action(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.upper() in OrderingAction.__members__:
+            return OrderingAction(value.upper())
+        raise ValueError(
+            f"action must be OrderingAction.DROP or OrderingAction.ADJUST; got {value!r}. "
+            "Fix: action=OrderingAction.ADJUST"
+        )
+
+    @field_validator(
+        "out_of_order_tolerance", "late_arrival_tolerance", "early_arrival_window", mode="after"
+    )
+    @classmethod
+    def _not_negative(cls, value: timedelta | None, info: Any) -> timedelta | None:
+        if value is not None and value < timedelta(0):
+            raise ValueError(
+                f"{info.field_name} must be zero or positive; got -{-value} (a negative "
+                "duration). Fix: pass a timedelta >= 0, e.g. timedelta(seconds=5)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _over_needs_event_time(self) -> EventOrderingSettings:
+        if self.over is not None and self.event_time is None:
+            raise ValueError(
+                f"over={self.over!r} (substreams) needs an event-time column; got "
+                "event_time=None (arrival time), which gives every key the partition's arrival "
+                "order, so there is nothing to keep apart. Fix: event_time='<column>', or drop over"
+            )
+        return self
+
+    @property
+    def out_of_order_ticks(self) -> int:
+        return to_duration_ticks(self.out_of_order_tolerance)
+
+    @property
+    def late_ticks(self) -> int:
+        return to_duration_ticks(self.late_arrival_tolerance)
+
+    @property
+    def early_ticks(self) -> int | None:
+        if self.early_arrival_window is None:
+            return None
+        return to_duration_ticks(self.early_arrival_window)

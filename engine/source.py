@@ -11,7 +11,7 @@ its error, then the payload.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -40,21 +40,33 @@ _names = itertools.count()
 
 
 def raw_batches(
-    adapter: InputAdapter, index: int, p: int, name: str, payload: StructType
+    adapter: InputAdapter,
+    index: int,
+    p: int,
+    name: str,
+    payload: StructType,
+    start: int = 0,
+    end: int | None = None,
 ) -> Iterator[Any]:
-    """Source partition ``name`` (index ``p``) of input ``index`` as raw Arrow batches. A
-    malformed record ends it with one BAD row (after everything before it), which the driver
-    raises once everything before it in arrival order has been delivered."""
+    """Source partition ``name`` (index ``p``) of input ``index`` as raw Arrow batches, offsets
+    ``start`` up to (not including) ``end`` (None: to its end). A malformed record ends it with
+    one BAD row (after everything before it), which the driver raises once everything before it
+    in arrival order has been delivered."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql.pandas.types import to_arrow_schema
 
     out = to_arrow_schema(StructType(RAW_HEADER + list(payload.fields)), timezone="UTC")
-    arrival, offset = 0, 0
+    arrival, offset = 0, start
     try:
-        for b in adapter.read_batches(name, 0, to_arrow_schema(payload, timezone="UTC")):
+        for b in adapter.read_batches(name, start, to_arrow_schema(payload, timezone="UTC")):
+            past = end is not None and b.num_rows and b.column("__off")[-1].as_py() >= end
+            if past:
+                b = b.filter(pc.less(b.column("__off"), end))
             n = b.num_rows
             if n == 0:
+                if past:
+                    return
                 continue
             kind = b.column("__kind")
             for old, new in _KINDS.items():
@@ -71,22 +83,40 @@ def raw_batches(
             )
             arrival = b.column("__arr")[n - 1].as_py()
             offset = b.column("__off")[n - 1].as_py() + 1
+            if past:
+                return
     except MalformedRecordError as bad:
         row = {"__kind": "BAD", "__arr": arrival, "__inp": index, "__off": offset}
         row |= {"__part": p, "__error": str(bad)}
         yield pa.RecordBatch.from_pylist([row], schema=out)
 
 
+Ranges = Sequence[tuple[int, int | None] | None]
+
+
 class _Reader(DataSourceReader):
-    def __init__(self, adapter: InputAdapter, index: int, parts: list[str], payload: StructType):
+    def __init__(
+        self,
+        adapter: InputAdapter,
+        index: int,
+        parts: list[str],
+        payload: StructType,
+        ranges: Ranges | None,
+    ):
         self._adapter, self._index, self._parts, self._payload = adapter, index, parts, payload
+        self._ranges = ranges if ranges is not None else [(0, None)] * len(parts)
 
     def partitions(self) -> list[InputPartition]:
-        return [InputPartition(p) for p in range(len(self._parts))]
+        chosen = [InputPartition((p, *r)) for p, r in enumerate(self._ranges) if r is not None]
+        return chosen or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        p = partition.value
-        yield from raw_batches(self._adapter, self._index, p, self._parts[p], self._payload)
+        if partition.value is None:  # nothing to read this time
+            return
+        p, start, end = partition.value
+        yield from raw_batches(
+            self._adapter, self._index, p, self._parts[p], self._payload, start, end
+        )
 
 
 def read_input(
@@ -95,8 +125,11 @@ def read_input(
     index: int,
     partitions: list[str],
     payload: StructType,
+    ranges: Ranges | None = None,
 ) -> DataFrame:
-    """The raw rows of one input, read on the executors through a Python Data Source."""
+    """The raw rows of one input, read on the executors through a Python Data Source.
+    ``ranges``: per source partition, the offsets ``(start, end)`` to read (``end`` None: to
+    the partition's end), or None to skip the partition; None reads everything."""
     schema = StructType(RAW_HEADER + list(payload.fields))
     name = f"ctistream_input_{next(_names)}"
 
@@ -109,7 +142,7 @@ def read_input(
             return schema
 
         def reader(self, schema: StructType) -> DataSourceReader:
-            return _Reader(adapter, index, partitions, payload)
+            return _Reader(adapter, index, partitions, payload, ranges)
 
     spark.dataSource.register(Source)
     return spark.read.format(name).load()

@@ -6,6 +6,11 @@ stream borrows the data stream's CTIs: the join keeps pace with the data, and a 
 that arrives late takes effect from the current CTI on.
 
     python examples/lookup_join.py
+
+``query`` builds the query with CTI import for the command line, which runs it, prints its metrics
+and draws its timeline (the late update shows as an adjusted START edge):
+
+    ctistream examples/lookup_join.py:query --epochs 4
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from adapters.memory import (
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Application, Stream
+from bindings import Application, Query, Stream
 from engine import (
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
@@ -61,7 +66,8 @@ def script() -> EventScript:
     return s
 
 
-def run(app: Application, import_ctis: bool) -> list[Event]:
+def build(app: Application, import_ctis: bool) -> Query:
+    """The join of the data stream with the lookup stream, with or without CTI import."""
     events = script()
     data = Stream.create(
         "dataStream", DataInputFactory(), MemoryInputConfig(script=events), EventShape.POINT
@@ -82,11 +88,20 @@ def run(app: Application, import_ctis: bool) -> list[Event]:
         settings,
     )
     name = f"lookup-{'import' if import_ctis else 'own'}"
-    query = data.join(lookup, on="sensor").to_query(
+    return data.join(lookup, on="sensor").to_query(
         app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
     )
+
+
+def query() -> Query:
+    """The query with CTI import on a new local application (``ctistream ...:query``)."""
+    return build(Application("lookup"), import_ctis=True)
+
+
+def run(app: Application, import_ctis: bool) -> list[Event]:
+    query = build(app, import_ctis)
     query.run(epochs=4)
-    return MemoryOutputFactory.collected(name)
+    return MemoryOutputFactory.collected(query.name)
 
 
 def summary(out: list[Event]) -> str:

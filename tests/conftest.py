@@ -60,3 +60,8 @@ def app(spark):
     from bindings import Application
 
     return Application("tests", spark)
+
+
+# One Kafka broker for the whole session, shared by every module (a session fixture imported
+# into two test modules would be two fixtures, and two brokers).
+from tests.brokers.kafka import kafka_broker, private_kafka_broker  # noqa: E402, F401

@@ -5,8 +5,6 @@ from __future__ import annotations
 import runpy
 from pathlib import Path
 
-from tests.brokers.kafka import kafka_broker  # noqa: F401 - a fixture
-
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -63,7 +61,7 @@ def test_adapter_factories_pull_push_and_output_adapters(spark, capsys):
     assert "'dropped': 1" in capsys.readouterr().out
 
 
-def test_query_binder_binds_one_template_to_memory_and_to_kafka(spark, kafka_broker, capsys):  # noqa: F811
+def test_query_binder_binds_one_template_to_memory_and_to_kafka(spark, kafka_broker, capsys):
     import json
 
     from bindings import Application

@@ -180,4 +180,4 @@ def anti_join(
     new_state = AntiJoinState(
         [held_left, held_right], progress, latest, max(state.emitted, min(latest))
     )
-    return Flow(events, ctis), new_state
+    return Flow(events, ctis, True), new_state  # undecided fragments leave as START edges

@@ -20,12 +20,12 @@ def where(flow: Flow, condition: Column) -> Flow:
     CTI rule (§5): output CTI = input CTI. An END edge carries its START edge's payload, so both
     halves of an edge pass or fail together.
     """
-    return Flow(flow.events.filter(condition), flow.ctis)
+    return Flow(flow.events.filter(condition), flow.ctis, flow.edges)
 
 
 def select(flow: Flow, columns: Sequence[Column | str]) -> Flow:
     """Project the payload; time untouched. CTI rule (§5): output CTI = input CTI."""
-    return Flow(flow.events.select(*HEADER, *columns), flow.ctis)
+    return Flow(flow.events.select(*HEADER, *columns), flow.ctis, flow.edges)
 
 
 @dataclass
@@ -64,6 +64,7 @@ def union(flows: Sequence[Flow], state: UnionState, cache: EpochCache) -> tuple[
     for row in tagged.groupBy("__g").agg(F.max(CTI).alias("m")).collect():
         latest[row["__g"]] = max(latest[row["__g"]], row["m"])
     ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
-    return Flow(events.select(*HEADER, *columns), ctis), UnionState(
+    edges = any(f.edges for f in flows)
+    return Flow(events.select(*HEADER, *columns), ctis, edges), UnionState(
         latest, max(state.emitted, min(latest))
     )

@@ -287,4 +287,4 @@ def join(
         for i in (0, 1)
     ]
     new_state = JoinState(held, still.localCheckpoint(), latest, max(state.emitted, min(latest)))
-    return Flow(events_out, ctis), new_state
+    return Flow(events_out, ctis, left.edges or right.edges), new_state

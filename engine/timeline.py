@@ -1,0 +1,720 @@
+"""A picture of time for a traced run: event time against arrival time, as PNG and as HTML.
+
+The x axis is arrival (the arrival stamps of semantics §4), the y axis event (application) time.
+One panel per input shows what the input received: each event at (arrival, original start; an
+END edge at its end), an interval with its lifetime as a bar, **dropped** events as red crosses,
+**adjusted** events as an orange arrow from the original start to the new one, explicit CTIs as
+diamonds (grey when ignored), the end of input as a dashed line, and the input's CTIs (explicit,
+generated, imported, merged over partitions) as a step line. A last panel shows each stateful
+operator's output CTIs and the query's output CTIs as step lines, over the inputs' CTIs in faint.
+Dotted vertical lines are the epoch cuts. CTIs at ``+inf`` are drawn on a row above the finite
+range, and the CTIs that flush inputs when a bounded run stops in a "stop" column on the right.
+
+The PNG is drawn with matplotlib (Agg, no pyplot state). The HTML page is self-contained: one
+file, inline SVG and CSS, no scripts; every mark is an element with a class and ``data-``
+attributes (``event kept|dropped|adjusted``, ``explicit-cti``, ``cti input-cti|operator-cti|
+output-cti``, ``epoch-cut``, ``end-of-input``) and a tooltip (``<title>``).
+"""
+
+from __future__ import annotations
+
+import html as _html
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.temporal import MAX_TIME, MIN_TIME, to_datetime
+from engine.trace import INPUT_CTI, ITEM, OPERATOR_CTI, OUTPUT_CTI, Trace, TraceItem
+
+__all__ = ["Timeline"]
+
+_INPUT_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f"]
+_OPERATOR_COLORS = ["#e377c2", "#bcbd22", "#17becf", "#8c564b", "#7f7f7f", "#9467bd"]
+_DROP, _ADJUST, _IGNORED, _OUTPUT = "#d62728", "#ff7f0e", "#aaaaaa", "#000000"
+_COUNTER_LIMIT = 10**10  # below this, stamps read as counters (memory scripts), not as dates
+
+
+# -- axes -------------------------------------------------------------------------------------
+@dataclass
+class _Axis:
+    """Ticks onto a float axis: ``(t - origin) / unit``; +inf (or "stop") on its own row."""
+
+    title: str
+    origin: int
+    unit: int
+    counter: bool
+    lo: float
+    hi: float
+    pad: float
+    inf: float | None
+    inf_label: str
+
+    def at(self, t: int) -> float:
+        if t >= MAX_TIME:
+            return self.inf if self.inf is not None else self.hi
+        if t <= MIN_TIME:
+            return self.lo
+        return (t - self.origin) / self.unit
+
+    def clip(self, t: int) -> float:
+        return min(self.at(t), self.hi + self.pad / 2)
+
+    @property
+    def low(self) -> float:
+        return self.lo - self.pad
+
+    @property
+    def high(self) -> float:
+        return (self.inf if self.inf is not None else self.hi) + self.pad
+
+    def ticks(self) -> list[tuple[float, str]]:
+        out = [(v, self._fmt(v)) for v in _nice_ticks(self.lo - self.pad, self.hi + self.pad)]
+        if self.inf is not None:
+            out.append((self.inf, self.inf_label))
+        return out
+
+    def _fmt(self, v: float) -> str:
+        return f"{round(v):d}" if self.counter else f"{v:g}"
+
+    def describe(self, t: int | None) -> str:
+        if t is None:
+            return "-"
+        if t >= MAX_TIME:
+            return self.inf_label
+        if t <= MIN_TIME:
+            return "-inf"
+        if self.counter:
+            return str(t)
+        return to_datetime(t).isoformat().replace("+00:00", "Z")
+
+
+def _axis(values: list[int], what: str, counter_title: str, inf_label: str) -> _Axis:
+    finite = [v for v in values if MIN_TIME < v < MAX_TIME] or [0]
+    lo_t, hi_t = min(finite), max(finite)
+    has_inf = any(v >= MAX_TIME for v in values)
+    if lo_t >= 0 and hi_t < _COUNTER_LIMIT:
+        title, origin, unit, counter = counter_title, 0, 1, True
+    else:
+        span = hi_t - lo_t
+        unit, name = (
+            (1_000_000, "s")
+            if span <= 600 * 1_000_000
+            else (60_000_000, "min")
+            if span <= 600 * 60_000_000
+            else (3_600_000_000, "h")
+        )
+        origin = lo_t - lo_t % unit
+        stamp = to_datetime(origin).isoformat().replace("+00:00", "Z")
+        title, counter = f"{what} ({name} after {stamp})", False
+    lo, hi = (lo_t - origin) / unit, (hi_t - origin) / unit
+    pad = (hi - lo) * 0.06 or 1.0
+    inf = hi + 3 * pad if has_inf else None
+    return _Axis(title, origin, unit, counter, lo, hi, pad, inf, inf_label)
+
+
+def _nice_ticks(lo: float, hi: float, n: int = 6) -> list[float]:
+    span = hi - lo
+    if span <= 0:
+        return [lo]
+    raw = span / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    count = int((hi - first) / step + 1e-9) + 1
+    return [round(first + i * step, 10) for i in range(count)]
+
+
+# -- the model both renderers draw ------------------------------------------------------------
+@dataclass
+class _Mark:
+    x: float
+    y: float
+    item: TraceItem
+    y2: float | None = None  # adjusted: the new start; interval: the (clipped) end
+
+
+@dataclass
+class _Line:
+    label: str
+    role: str
+    name: str
+    color: str
+    width: float
+    dash: str | None
+    points: list[tuple[float, float, TraceItem]]
+    faint: bool = False
+
+
+@dataclass
+class _Panel:
+    kind: str  # "input" or "output"
+    name: str
+    title: str
+    color: str
+    kept: list[_Mark] = field(default_factory=list)
+    dropped: list[_Mark] = field(default_factory=list)
+    adjusted: list[_Mark] = field(default_factory=list)
+    explicit: list[_Mark] = field(default_factory=list)
+    ends: list[_Mark] = field(default_factory=list)
+    lines: list[_Line] = field(default_factory=list)
+
+
+def _shape(item: TraceItem) -> str:
+    if item.edge == "START":
+        return "start"
+    if item.edge == "END":
+        return "end"
+    if item.end is not None and item.start is not None and item.end - item.start > 1:
+        return "interval"
+    return "point"
+
+
+class Timeline:
+    """The timeline of one traced run (driver). Made by ``query.timeline()``; renders on demand.
+
+    ``png(path)`` returns (and writes, when given a path) the PNG bytes; ``html(path)`` the
+    self-contained page. Both draw the same picture.
+    """
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        t = trace
+        ys: list[int] = []
+        xs: list[int] = []
+        for name in t.inputs:
+            for it in t.items(name):
+                xs.append(it.arrival)
+                if it.time is not None:
+                    ys.append(it.time)
+                if it.adjusted is not None:
+                    ys.append(it.adjusted)
+                if _shape(it) == "interval" and it.end is not None:
+                    ys.append(it.end)
+        ctis = [c for n in t.inputs for c in t.input_ctis(n)]
+        ctis += [c for op in t.operators for c in t.operator_ctis(op)] + t.output_ctis()
+        xs += [c.arrival for c in ctis]
+        ys += [c.start for c in ctis if c.start is not None]
+        self.x = _axis(xs + t.cuts, "arrival", "arrival stamp", "stop")
+        self.y = _axis(ys, "event time", "event time (ticks)", "+inf")
+        self.panels = self._panels()
+        what = {
+            ITEM: "input {} items",
+            INPUT_CTI: "input {} CTIs",
+            OPERATOR_CTI: "operator {} CTIs",
+            OUTPUT_CTI: "query {} output CTIs",
+        }
+        self.notes = [
+            f"{what.get(role, role + ' {}').format(name)}: {shown:,} of {seen:,} shown "
+            f"(deterministic sample, cap {t.cap:,} per series)"
+            for (role, name), (shown, seen) in t.sampled().items()
+        ]
+
+    def _line(self, label, role, name, items, color, width, dash=None, faint=False) -> _Line:
+        pts = [(self.x.at(c.arrival), self.y.at(c.start), c) for c in items]
+        return _Line(label, role, name, color, width, dash, pts, faint)
+
+    def _panels(self) -> list[_Panel]:
+        t, x, y = self.trace, self.x, self.y
+        panels = []
+        refs = []
+        for i, name in enumerate(t.inputs):
+            color = _INPUT_COLORS[i % len(_INPUT_COLORS)]
+            p = _Panel("input", name, "", color)
+            for it in t.items(name):
+                ax = x.at(it.arrival)
+                if it.kind == "EOI":
+                    p.ends.append(_Mark(ax, y.low, it))
+                elif it.kind == "CTI":
+                    p.explicit.append(_Mark(ax, y.at(it.start), it))
+                elif it.action == "dropped":
+                    p.dropped.append(_Mark(ax, y.at(it.time), it))
+                elif it.action == "adjusted":
+                    p.adjusted.append(_Mark(ax, y.at(it.start), it, y.at(it.adjusted)))
+                else:
+                    end = y.clip(it.end) if _shape(it) == "interval" else None
+                    p.kept.append(_Mark(ax, y.at(it.time), it, end))
+            ctis = t.input_ctis(name)
+            p.lines.append(self._line(f"CTIs of {name}", INPUT_CTI, name, ctis, color, 1.8))
+            refs.append(self._line(f"{name}", INPUT_CTI, name, ctis, color, 1.0, faint=True))
+            events = len(p.kept) + len(p.dropped) + len(p.adjusted)
+            sampled = " (sampled)" if (ITEM, name) in t.sampled() else ""
+            p.title = (
+                f"input {name}: {events} events{sampled} ({len(p.dropped)} dropped, "
+                f"{len(p.adjusted)} adjusted), {len(ctis)} CTIs"
+            )
+            panels.append(p)
+        out = _Panel("output", t.query, f"query {t.query}: output CTIs and operators' CTIs", "")
+        out.lines.extend(refs)
+        for i, op in enumerate(t.operators):
+            color = _OPERATOR_COLORS[i % len(_OPERATOR_COLORS)]
+            out.lines.append(
+                self._line(f"operator {op}", OPERATOR_CTI, op, t.operator_ctis(op), color, 2.0)
+            )
+        out.lines.append(
+            self._line("output CTIs", OUTPUT_CTI, t.query, t.output_ctis(), _OUTPUT, 2.2, "4,3")
+        )
+        panels.append(out)
+        return panels
+
+    def _step(self, line: _Line) -> tuple[list[float], list[float]]:
+        """The step line's vertices: each CTI holds until the next, the last to the right end."""
+        xs, ys = [], []
+        for i, (px, py, _) in enumerate(line.points):
+            if i:
+                xs.append(px)
+                ys.append(ys[-1])
+            xs.append(px)
+            ys.append(py)
+        if xs and xs[-1] < self.x.high:
+            xs.append(self.x.high)
+            ys.append(ys[-1])
+        return xs, ys
+
+    # -- PNG -------------------------------------------------------------------------------
+    def png(self, path: str | Path | None = None) -> bytes:
+        """The timeline as PNG bytes (written to ``path`` too, when given)."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        n = len(self.panels)
+        height = 1.3 + 2.8 * n + 0.2 * len(self.notes)
+        fig = Figure(figsize=(12, height), dpi=100)
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(n, 1, sharex=True, sharey=True, squeeze=False)[:, 0]
+        for ax, panel in zip(axes, self.panels, strict=True):
+            self._draw_panel(ax, panel)
+        ax = axes[-1]
+        ax.set_xlim(self.x.low, self.x.high)
+        ax.set_ylim(self.y.low, self.y.high)
+        xt, yt = self.x.ticks(), self.y.ticks()
+        ax.set_xticks([v for v, _ in xt], [s for _, s in xt])
+        ax.set_yticks([v for v, _ in yt], [s for _, s in yt])
+        ax.set_xlabel(self.x.title)
+        fig.supylabel(self.y.title, fontsize=10)
+        fig.suptitle(f"timeline of query {self.trace.query}", fontsize=12)
+        for i, note in enumerate(self.notes):
+            fig.text(0.01, 0.005 + 0.2 * i / height, note, color=_DROP, fontsize=8)
+        bottom = (0.7 + 0.2 * len(self.notes)) / height
+        fig.subplots_adjust(left=0.08, right=0.76, top=1 - 0.6 / height, bottom=bottom, hspace=0.3)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        data = buf.getvalue()
+        if path is not None:
+            _write(path, data)
+        return data
+
+    def _draw_panel(self, ax: Any, panel: _Panel) -> None:
+        for cut in self.trace.cuts:
+            ax.axvline(self.x.at(cut), color="#bbbbbb", lw=0.8, ls=":", zorder=0)
+        if self.y.inf is not None:
+            ax.axhline(self.y.inf, color="#eeeeee", lw=6, zorder=0)
+        if self.x.inf is not None:
+            ax.axvline(self.x.inf, color="#eeeeee", lw=6, zorder=0)
+        for line in panel.lines:
+            xs, ys = self._step(line)
+            if not xs:
+                continue
+            ax.plot(
+                xs,
+                ys,
+                color=line.color,
+                lw=line.width,
+                alpha=0.35 if line.faint else 1.0,
+                ls=(0, (4, 3)) if line.dash else "-",
+                label=None if line.faint else line.label,
+                zorder=2,
+            )
+            if not line.faint:
+                ax.scatter(
+                    [p[0] for p in line.points],
+                    [p[1] for p in line.points],
+                    s=10,
+                    color=line.color,
+                    zorder=3,
+                )
+        markers = {"point": "o", "interval": "o", "start": "^", "end": "v"}
+        for shape, marker in markers.items():
+            ms = [m for m in panel.kept if _shape(m.item) == shape]
+            if not ms:
+                continue
+            if shape == "interval":
+                ax.vlines(
+                    [m.x for m in ms],
+                    [m.y for m in ms],
+                    [m.y2 for m in ms],
+                    color=panel.color,
+                    alpha=0.35,
+                    lw=3,
+                    zorder=1,
+                )
+            label = {"point": "event", "start": "START edge", "end": "END edge"}.get(shape, shape)
+            ax.scatter(
+                [m.x for m in ms],
+                [m.y for m in ms],
+                marker=marker,
+                s=28,
+                color=panel.color,
+                label=label,
+                zorder=4,
+            )
+        if panel.explicit:
+            for ignored in (False, True):
+                ms = [m for m in panel.explicit if (m.item.action == "ignored") is ignored]
+                if ms:
+                    ax.scatter(
+                        [m.x for m in ms],
+                        [m.y for m in ms],
+                        marker="D",
+                        s=22,
+                        facecolor="none",
+                        edgecolor=_IGNORED if ignored else panel.color,
+                        label="explicit CTI (ignored)" if ignored else "explicit CTI",
+                        zorder=4,
+                    )
+        if panel.dropped:
+            ax.scatter(
+                [m.x for m in panel.dropped],
+                [m.y for m in panel.dropped],
+                marker="x",
+                s=46,
+                linewidths=1.8,
+                color=_DROP,
+                label="dropped",
+                zorder=5,
+            )
+        if panel.adjusted:
+            for m in panel.adjusted:
+                ax.annotate(
+                    "",
+                    xy=(m.x, m.y2),
+                    xytext=(m.x, m.y),
+                    zorder=5,
+                    arrowprops={"arrowstyle": "-|>", "color": _ADJUST, "lw": 1.4},
+                )
+            ax.scatter(
+                [m.x for m in panel.adjusted],
+                [m.y for m in panel.adjusted],
+                s=28,
+                facecolor="none",
+                edgecolor=_ADJUST,
+                zorder=5,
+            )
+            ax.scatter(
+                [m.x for m in panel.adjusted],
+                [m.y2 for m in panel.adjusted],
+                s=28,
+                color=_ADJUST,
+                label="adjusted (from, to)",
+                zorder=5,
+            )
+        for i, m in enumerate(panel.ends):
+            ax.axvline(m.x, color=panel.color, ls="--", lw=1, label=None if i else "end of input")
+        ax.set_title(panel.title, loc="left", fontsize=10)
+        ax.grid(alpha=0.2)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+
+    # -- HTML ------------------------------------------------------------------------------
+    def html(self, path: str | Path | None = None) -> str:
+        """The timeline as one self-contained HTML page (written to ``path`` too, when given)."""
+        t = self.trace
+        q = _esc(t.query)
+        notes = "".join(f'<p class="sampled">{_esc(n)}</p>' for n in self.notes)
+        page = (
+            "<!DOCTYPE html>\n"
+            f'<html lang="en"><head><meta charset="utf-8"><title>timeline of query {q}</title>'
+            f"<style>{_CSS}</style></head><body>\n"
+            f'<h1>Timeline of query <code>{q}</code></h1>\n<p class="axes">x: '
+            f"{_esc(self.x.title)}; y: {_esc(self.y.title)}. Dotted lines: epoch cuts. Hover "
+            "a mark for its details.</p>\n"
+            f"{notes}\n{self._svg()}\n{self._summary()}\n</body></html>\n"
+        )
+        if path is not None:
+            _write(path, page.encode())
+        return page
+
+    def _svg(self) -> str:
+        left, right, top, plot_w, plot_h, gap = 90, 230, 20, 840, 230, 80
+        width = left + plot_w + right
+        height = top + len(self.panels) * (plot_h + gap) + 10
+        x, y = self.x, self.y
+
+        def sx(v: float) -> float:
+            return round(left + (v - x.low) / (x.high - x.low) * plot_w, 2)
+
+        parts = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+            f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
+            f'fill="{_ADJUST}"/></marker></defs>',
+        ]
+        for i, panel in enumerate(self.panels):
+            y0 = top + i * (plot_h + gap) + 24
+
+            def sy(v: float, y0: float = y0) -> float:
+                return round(y0 + plot_h - (v - y.low) / (y.high - y.low) * plot_h, 2)
+
+            parts.append(
+                f'<g class="panel" data-panel="{panel.kind}" data-name="{_esc(panel.name)}">'
+            )
+            parts.append(
+                f'<text x="{left}" y="{y0 - 8}" font-size="13" font-weight="bold">'
+                f"{_esc(panel.title)}</text>"
+            )
+            parts.append(
+                f'<rect x="{left}" y="{y0}" width="{plot_w}" height="{plot_h}" fill="#fff" '
+                'stroke="#888"/>'
+            )
+            for v, label in x.ticks():
+                if x.low <= v <= x.high:
+                    parts.append(
+                        f'<line x1="{sx(v)}" y1="{y0}" x2="{sx(v)}" y2="{y0 + plot_h}" '
+                        f'stroke="#eee"/><text x="{sx(v)}" y="{y0 + plot_h + 14}" '
+                        f'text-anchor="middle">{_esc(label)}</text>'
+                    )
+            for v, label in y.ticks():
+                if y.low <= v <= y.high:
+                    parts.append(
+                        f'<line x1="{left}" y1="{sy(v)}" x2="{left + plot_w}" y2="{sy(v)}" '
+                        f'stroke="#eee"/><text x="{left - 6}" y="{sy(v) + 4}" '
+                        f'text-anchor="end">{_esc(label)}</text>'
+                    )
+            for cut in self.trace.cuts:
+                cx = sx(x.at(cut))
+                parts.append(
+                    f'<line class="epoch-cut" data-arrival="{cut}" x1="{cx}" y1="{y0}" '
+                    f'x2="{cx}" y2="{y0 + plot_h}" stroke="#999" stroke-dasharray="2,3">'
+                    f"<title>epoch cut at arrival {_esc(x.describe(cut))}</title></line>"
+                )
+            parts.extend(self._svg_panel(panel, sx, sy, y0, plot_h))
+            parts.append(self._svg_legend(panel, left + plot_w + 14, y0 + 6))
+            parts.append("</g>")
+        last = top + len(self.panels) * (plot_h + gap) - gap + 24 + plot_h
+        parts.append(
+            f'<text x="{left + plot_w / 2}" y="{last + 32}" text-anchor="middle">'
+            f"{_esc(x.title)}</text>"
+        )
+        parts.append("</svg>")
+        return "\n".join(parts)
+
+    def _svg_panel(self, panel: _Panel, sx, sy, y0: float, plot_h: float) -> list[str]:
+        x, y = self.x, self.y
+        name = _esc(panel.name)
+        out: list[str] = []
+
+        def attrs(m: _Mark) -> str:
+            it = m.item
+            a = (
+                f'data-input="{name}" data-kind="{_shape(it)}" '
+                f'data-arrival="{_val(it.arrival, "stop")}" data-time="{_val(it.time)}" '
+                f'data-partition="{it.partition}"'
+            )
+            if it.reason:
+                a += f' data-reason="{_esc(it.reason)}"'
+            if it.adjusted is not None:
+                a += f' data-adjusted="{_val(it.adjusted)}"'
+            return a
+
+        def tip(m: _Mark) -> str:
+            it = m.item
+            what = {"point": "point", "interval": "interval", "start": "START edge"}.get(
+                _shape(it), "END edge"
+            )
+            s = f"{panel.name}: {what} at {y.describe(it.start)}"
+            if it.edge == "END" or _shape(it) == "interval":
+                s += f", end {y.describe(it.end)}"
+            s += f"; arrival {x.describe(it.arrival)}, partition {it.partition}; {it.action}"
+            if it.reason:
+                s += f" ({it.reason})"
+            if it.adjusted is not None:
+                s += f" to start {y.describe(it.adjusted)}"
+            if it.cti is not None:
+                s += f"; CTI in force {y.describe(it.cti)}"
+            return f"<title>{_esc(s)}</title>"
+
+        for line in panel.lines:
+            xs, ys = self._step(line)
+            if not xs:
+                continue
+            d = " ".join(
+                f"{'M' if i == 0 else 'L'}{sx(a)},{sy(b)}"
+                for i, (a, b) in enumerate(zip(xs, ys, strict=True))
+            )
+            cls = "cti-ref" if line.faint else f"cti-line {line.role}"
+            style = ' stroke-dasharray="6,4"' if line.dash else ""
+            if line.faint:
+                style += ' stroke-opacity="0.35"'
+            out.append(
+                f'<path class="{cls}" data-series="{_esc(line.name)}" d="{d}" fill="none" '
+                f'stroke="{line.color}" stroke-width="{line.width}"{style}/>'
+            )
+            if line.faint:
+                continue
+            for px, py, c in line.points:
+                out.append(
+                    f'<circle class="cti {line.role}" data-series="{_esc(line.name)}" '
+                    f'data-value="{_val(c.start)}" data-arrival="{_val(c.arrival, "stop")}" '
+                    f'cx="{sx(px)}" cy="{sy(py)}" r="2.5" fill="{line.color}"><title>'
+                    f"{_esc(line.label)}: CTI {_esc(y.describe(c.start))} at arrival "
+                    f"{_esc(x.describe(c.arrival))}</title></circle>"
+                )
+        for m in panel.ends:
+            px = sx(m.x)
+            out.append(
+                f'<line class="end-of-input" data-input="{name}" '
+                f'data-arrival="{_val(m.item.arrival, "stop")}" x1="{px}" y1="{y0}" x2="{px}" '
+                f'y2="{y0 + plot_h}" stroke="{panel.color}" stroke-dasharray="6,3"><title>end of '
+                f"input {name}, partition {m.item.partition}</title></line>"
+            )
+        for m in panel.kept:
+            px, py = sx(m.x), sy(m.y)
+            shape = _shape(m.item)
+            if shape == "interval":
+                body = (
+                    f'<line x1="{px}" y1="{py}" x2="{px}" y2="{sy(m.y2)}" stroke="{panel.color}" '
+                    f'stroke-opacity="0.35" stroke-width="3"/><circle cx="{px}" cy="{py}" r="3.5" '
+                    f'fill="{panel.color}"/>'
+                )
+            elif shape == "point":
+                body = f'<circle cx="{px}" cy="{py}" r="3.5" fill="{panel.color}"/>'
+            else:
+                tri = "M-4,3 L4,3 L0,-5 z" if shape == "start" else "M-4,-3 L4,-3 L0,5 z"
+                body = f'<path transform="translate({px},{py})" d="{tri}" fill="{panel.color}"/>'
+            out.append(f'<g class="event kept" {attrs(m)}>{tip(m)}{body}</g>')
+        for m in panel.explicit:
+            px, py = sx(m.x), sy(m.y)
+            ignored = m.item.action == "ignored"
+            color = _IGNORED if ignored else panel.color
+            out.append(
+                f'<path class="explicit-cti {"ignored" if ignored else "kept"}" '
+                f'data-input="{name}" data-value="{_val(m.item.start)}" '
+                f'data-arrival="{_val(m.item.arrival, "stop")}" '
+                f'transform="translate({px},{py})" d="M0,-5 L5,0 L0,5 L-5,0 z" '
+                f'fill="none" stroke="{color}" stroke-width="1.5"><title>{name}: explicit CTI '
+                f"{_esc(y.describe(m.item.start))}"
+                f"{' (ignored: not above the CTI in force)' if ignored else ''}</title></path>"
+            )
+        for m in panel.dropped:
+            px, py = sx(m.x), sy(m.y)
+            out.append(
+                f'<g class="event dropped" {attrs(m)}>{tip(m)}<path '
+                f'transform="translate({px},{py})" d="M-5,-5 L5,5 M-5,5 L5,-5" stroke="{_DROP}" '
+                'stroke-width="2.2"/></g>'
+            )
+        for m in panel.adjusted:
+            px, py, py2 = sx(m.x), sy(m.y), sy(m.y2)
+            out.append(
+                f'<g class="event adjusted" {attrs(m)}>{tip(m)}<line x1="{px}" y1="{py}" '
+                f'x2="{px}" y2="{py2}" stroke="{_ADJUST}" stroke-width="1.6" '
+                f'marker-end="url(#arrow)"/><circle cx="{px}" cy="{py}" r="3.5" fill="none" '
+                f'stroke="{_ADJUST}"/><circle cx="{px}" cy="{py2}" r="3.5" fill="{_ADJUST}"/></g>'
+            )
+        return out
+
+    def _svg_legend(self, panel: _Panel, lx: float, ly: float) -> str:
+        rows: list[tuple[str, str]] = []
+        for line in panel.lines:
+            if line.faint:
+                continue
+            dash = ' stroke-dasharray="6,4"' if line.dash else ""
+            rows.append(
+                (
+                    f'<line x1="0" y1="0" x2="18" y2="0" stroke="{line.color}" '
+                    f'stroke-width="{line.width}"{dash}/>',
+                    line.label,
+                )
+            )
+        if panel.kind == "input":
+            rows.append((f'<circle cx="9" cy="0" r="3.5" fill="{panel.color}"/>', "event"))
+            rows.append(
+                (
+                    f'<path d="M4,-5 L14,5 M4,5 L14,-5" stroke="{_DROP}" stroke-width="2"/>',
+                    "dropped",
+                )
+            )
+            rows.append(
+                (
+                    f'<line x1="9" y1="6" x2="9" y2="-5" stroke="{_ADJUST}" stroke-width="1.6" '
+                    'marker-end="url(#arrow)"/>',
+                    "adjusted (from, to)",
+                )
+            )
+            if panel.explicit:
+                rows.append(
+                    (
+                        f'<path d="M9,-5 L14,0 L9,5 L4,0 z" fill="none" stroke="{panel.color}"/>',
+                        "explicit CTI",
+                    )
+                )
+        else:
+            rows.append(
+                ('<line x1="0" y1="0" x2="18" y2="0" stroke="#999" stroke-width="1"/>', "inputs")
+            )
+        out = [f'<g class="legend" transform="translate({lx},{ly})">']
+        for k, (swatch, text) in enumerate(rows):
+            out.append(
+                f'<g transform="translate(0,{k * 17})">{swatch}<text x="24" y="4">'
+                f"{_esc(text)}</text></g>"
+            )
+        out.append("</g>")
+        return "".join(out)
+
+    def _summary(self) -> str:
+        t, y = self.trace, self.y
+        rows = []
+        for p in self.panels:
+            if p.kind != "input":
+                continue
+            ctis = t.input_ctis(p.name)
+            last = y.describe(ctis[-1].start) if ctis else "-inf"
+            rows.append(
+                f'<tr class="input" data-input="{_esc(p.name)}"><td>input {_esc(p.name)}</td>'
+                f"<td>{len(p.kept)}</td><td>{len(p.dropped)}</td><td>{len(p.adjusted)}</td>"
+                f"<td>{len(ctis)}</td><td>{_esc(last)}</td></tr>"
+            )
+        for label, ctis in [(f"operator {op}", t.operator_ctis(op)) for op in t.operators] + [
+            ("output", t.output_ctis())
+        ]:
+            last = y.describe(ctis[-1].start) if ctis else "-inf"
+            rows.append(
+                f"<tr><td>{_esc(label)}</td><td></td><td></td><td></td><td>{len(ctis)}</td>"
+                f"<td>{_esc(last)}</td></tr>"
+            )
+        return (
+            '<table class="summary"><thead><tr><th></th><th>kept</th><th>dropped</th>'
+            "<th>adjusted</th><th>CTIs</th><th>last CTI</th></tr></thead><tbody>"
+            + "".join(rows)
+            + "</tbody></table>"
+        )
+
+
+_CSS = (
+    "body{font-family:sans-serif;margin:16px;color:#222}"
+    "h1{font-size:18px}.axes{color:#555}.sampled{color:#d62728;font-weight:bold}"
+    ".event:hover,.cti:hover{stroke:#000;stroke-width:1}"
+    "table.summary{border-collapse:collapse;margin-top:12px}"
+    "table.summary td,table.summary th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+    "table.summary td:first-child{text-align:left}"
+)
+
+
+def _esc(s: Any) -> str:
+    return _html.escape(str(s), quote=True)
+
+
+def _val(t: int | None, inf: str = "+inf") -> str:
+    if t is None:
+        return ""
+    if t >= MAX_TIME:
+        return inf
+    if t <= MIN_TIME:
+        return "-inf"
+    return str(t)
+
+
+def _write(path: str | Path, data: bytes) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(data)

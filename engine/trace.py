@@ -1,0 +1,348 @@
+"""Tracing a run for its timeline (``query.run(trace=True)``, then ``query.timeline()``).
+
+Tracing is opt-in: without a :class:`Trace` the runtime and ingress call nothing here and do no
+extra Spark work. With one, the runtime calls its hooks on the driver, once per epoch:
+
+* :meth:`Trace.start` when a run starts (forgets any earlier run);
+* :meth:`Trace.begin_epoch` when an epoch starts (an epoch that fails and is re-run, up to a bad
+  item, starts again: what the failed attempt recorded is forgotten);
+* :meth:`Trace.ingress` from :func:`engine.ingress.ingress_epoch`, with the ingress's own
+  DataFrame of the epoch (each item with the CTI in force before it and the DROP/ADJUST flags)
+  and the input's resulting events and CTIs;
+* :meth:`Trace.operator` for each stateful operator, with its output flow;
+* :meth:`Trace.end_epoch` once egress has run, with the query's root flow: it collects what the
+  hooks gathered in **one small Spark job** and keeps it on the driver.
+
+What is recorded (:class:`TraceItem`), per *series*:
+
+* ``item``, per input: every item it received (event, explicit CTI, end of input) with its
+  original event time, arrival, and what ingress did with it: ``action`` ``kept``, ``dropped``,
+  ``adjusted`` (``adjusted`` then holds the new start) or ``ignored`` (an explicit CTI not above
+  the CTI in force), and a ``reason`` (``cti-violation``; ``start-dropped`` for an END edge whose
+  START edge was dropped). Both fields are open strings: a stage before ingress can record its
+  own reasons (e.g. ``early``, ``late``, ``out-of-order``) with :meth:`Trace.add_input_items`;
+* ``input-cti``, per input: every CTI the input emitted (after partitions and imports);
+* ``operator-cti``, per stateful operator (labelled ``"<n>:<kind>"`` as in
+  ``query.operator_metrics()``): every CTI it emitted;
+* ``output-cti``: the query's output CTIs.
+
+A CTI's arrival is the arrival stamp of the position it sits at; the CTI that flushes an input
+when a bounded run stops has no arrival (``MAX_TIME``, drawn as "stop").
+
+**Cap.** Each series keeps at most ``cap`` items. Beyond that it keeps a deterministic sample:
+the items whose hash (of series and arrival position) is a multiple of ``2**level``, raising the
+level as the series grows. The hash does not depend on how the run is cut into epochs, the level
+is chosen in Spark from the epoch's count before anything is collected, so the driver never
+receives much more than ``cap`` items per series per epoch. :meth:`Trace.sampled` says which
+series were sampled, and the timeline says so on the picture.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from engine.plan import walk
+from engine.rows import CTI, EDGE, END, KIND, POS, START, Flow
+
+if TYPE_CHECKING:
+    from engine.ingress import InputSpec
+    from engine.plan import Node
+
+__all__ = [
+    "INPUT_CTI",
+    "ITEM",
+    "OPERATOR_CTI",
+    "OUTPUT_CTI",
+    "Trace",
+    "TraceItem",
+]
+
+#: Series roles.
+ITEM, INPUT_CTI, OPERATOR_CTI, OUTPUT_CTI = "item", "input-cti", "operator-cti", "output-cti"
+
+_HASH_SPACE = 1 << 40
+
+
+@dataclass(frozen=True, slots=True)
+class TraceItem:
+    """One recorded item or CTI (driver). Times are int ticks.
+
+    ``start`` is the original start of an event (an END edge's too: its end is ``end``) or the
+    value of a CTI; ``arrival`` the arrival stamp of its position (``MAX_TIME``: at stop);
+    ``position`` the full arrival position ``(arrival, input, offset, partition, sub)``;
+    ``kind`` ``INSERT``, ``CTI`` or ``EOI`` (end of input); ``edge`` None, ``START`` or ``END``;
+    ``cti`` (items of an input) the CTI in force in the item's partition when it arrived.
+    """
+
+    role: str
+    name: str
+    position: tuple
+    kind: str
+    edge: str | None
+    start: int | None
+    end: int | None
+    action: str
+    reason: str | None = None
+    adjusted: int | None = None
+    cti: int | None = None
+
+    @property
+    def arrival(self) -> int:
+        return self.position[0]
+
+    @property
+    def partition(self) -> int:
+        return self.position[3]
+
+    @property
+    def time(self) -> int | None:
+        """Where the item sits in event time: an END edge at its end, all else at its start."""
+        return self.end if self.edge == "END" else self.start
+
+
+@dataclass
+class _Series:
+    role: str
+    name: str
+    seen: int = 0
+    level: int = 0
+    rows: list[tuple[int, TraceItem]] = field(default_factory=list)
+
+    def thin(self, level: int, cap: int) -> None:
+        """Keep the rows whose hash is a multiple of ``2**level``; raise the level until at most
+        ``cap`` rows are left."""
+        self.level = max(self.level, level)
+        while True:
+            m = 1 << self.level
+            self.rows = [r for r in self.rows if r[0] % m == 0]
+            if len(self.rows) <= cap:
+                return
+            self.level += 1
+
+
+def _level(have: int, count: int, cap: int) -> int:
+    """The smallest sampling level that expects at most ``cap`` of ``have + count`` items."""
+    total = have + count
+    return 0 if total <= cap else max(0, math.ceil(math.log2(total / cap)))
+
+
+class Trace:
+    """What one run recorded for its timeline (driver). Pass one to ``query.run(trace=...)``
+    (``trace=True`` makes one with the default cap); read it with ``query.trace``."""
+
+    def __init__(self, cap: int = 20_000) -> None:
+        if cap < 1:
+            raise ValueError(f"trace cap must be >= 1 items per series; got {cap}")
+        self.cap = cap
+        self.query = ""
+        self.inputs: list[str] = []
+        self.cuts: list[int] = []
+        self._labels: dict[int, str] = {}
+        self._series: dict[tuple[str, str], _Series] = {}
+        self._pending: list[DataFrame] = []
+
+    # -- hooks (called by the runtime and by ingress, on the driver) --------------------------
+    def start(self, runtime: Any) -> None:
+        """A run of ``runtime`` starts: forget any earlier run."""
+        self.query = runtime.name
+        self.inputs = [b.spec.name for b in runtime.inputs]
+        self._labels = {
+            id(node): f"{i}:{type(node).__name__.removesuffix('Node').lower()}"
+            for i, node in enumerate(walk(runtime.root))
+        }
+        self.cuts = []
+        self._series = {}
+        self._pending = []
+
+    def begin_epoch(self, lo: int | None, hi: int | None) -> None:
+        """An epoch over arrivals ``[lo, hi)`` starts (again, if its first attempt failed)."""
+        self._pending = []
+        if lo is not None and lo not in self.cuts:
+            self.cuts.append(lo)
+
+    def ingress(self, spec: InputSpec, a: DataFrame, events: DataFrame, ctis: DataFrame) -> None:
+        """Record one epoch of an input's ingress.
+
+        ``a``: ingress's items of the epoch with ``__kind``, ``__edge``, ``__start``, ``__end``,
+        ``__pos``, ``__cb`` (the CTI in force before the item), ``__viol``, ``__drop`` and
+        ``__adj``; ``events``/``ctis``: what the input emits (an END edge missing from
+        ``events`` that broke no CTI was dropped with its START edge).
+        """
+        c = F.col
+        rows = a.filter(c(KIND).isin("INSERT", "CTI", "EOI"))
+        is_end = c(EDGE).eqNullSafe("END")
+        dropped, adjusted, reason = c("__drop"), c("__adj"), F.when(c("__viol"), "cti-violation")
+        if spec.edges:
+            closed = events.filter(is_end).select(c(POS).alias("__kpos"), F.lit(1).alias("__k"))
+            rows = rows.join(closed, F.col(POS) == F.col("__kpos"), "left")
+            cascade = (c(KIND) == "INSERT") & is_end & ~c("__viol") & c("__k").isNull()
+            dropped = dropped | cascade
+            reason = reason.when(cascade, "start-dropped")
+        action = (
+            F.when(dropped, "dropped")
+            .when(adjusted, "adjusted")
+            .when((c(KIND) == "CTI") & (c(START) <= c("__cb")), "ignored")
+            .otherwise("kept")
+        )
+        self.add_input_items(
+            spec.name,
+            rows.select(
+                POS,
+                KIND,
+                EDGE,
+                START,
+                END,
+                action.alias("action"),
+                reason.alias("reason"),
+                F.when(adjusted, c("__cb")).alias("adjusted"),
+                c("__cb").alias("cti"),
+            ),
+        )
+        self._add_ctis(INPUT_CTI, spec.name, ctis)
+
+    def add_input_items(self, name: str, items: DataFrame) -> None:
+        """Record items of input ``name``: ``__pos``, ``__kind``, ``__edge``, ``__start``,
+        ``__end``, ``action``, ``reason``, ``adjusted`` and optionally ``cti``. For stages of an
+        input's pipeline that drop or move events with their own reasons."""
+        if "cti" not in items.columns:
+            items = items.withColumn("cti", F.lit(None).cast("long"))
+        self._pending.append(
+            items.select(
+                F.lit(ITEM).alias("role"),
+                F.lit(name).alias("name"),
+                POS,
+                F.col(KIND).alias("kind"),
+                F.col(EDGE).alias("edge"),
+                F.col(START).alias("start"),
+                F.col(END).alias("end"),
+                F.col("action").cast("string"),
+                F.col("reason").cast("string"),
+                F.col("adjusted").cast("long"),
+                F.col("cti").cast("long"),
+            )
+        )
+
+    def operator(self, node: Node, flow: Flow) -> None:
+        """Record the CTIs a stateful operator emitted in this epoch."""
+        self._add_ctis(OPERATOR_CTI, self._labels.get(id(node), type(node).__name__), flow.ctis)
+
+    def end_epoch(self, root: Flow) -> None:
+        """The epoch succeeded: record the query's output CTIs and collect everything recorded
+        in this epoch (one Spark job), sampled to the cap."""
+        self._add_ctis(OUTPUT_CTI, self.query, root.ctis)
+        pending, self._pending = self._pending, []
+        df = pending[0]
+        for p in pending[1:]:
+            df = df.unionByName(p)
+        key = F.concat_ws("\u001f", "role", "name")
+        have = {f"{r}\u001f{n}": s for (r, n), s in self._series.items()}
+        df = df.withColumn("__key", key).withColumn(
+            "__cnt", F.count(F.lit(1)).over(Window.partitionBy("__key"))
+        )
+        if have:
+            held = F.create_map(*[x for k, s in have.items() for x in (F.lit(k), F.lit(s.seen))])
+            lvl = F.create_map(*[x for k, s in have.items() for x in (F.lit(k), F.lit(s.level))])
+            seen, level = F.coalesce(held[key], F.lit(0)), F.coalesce(lvl[key], F.lit(0))
+        else:
+            seen, level = F.lit(0), F.lit(0)
+        needed = F.ceil(F.log2((seen + F.col("__cnt")) / F.lit(self.cap))).cast("int")
+        df = df.withColumn("__lvl", F.greatest(level, needed, F.lit(0))).withColumn(
+            "__h", F.pmod(F.xxhash64("role", "name", POS), F.lit(_HASH_SPACE))
+        )
+        sample = df.filter(F.pmod(F.col("__h"), F.expr("shiftleft(1L, __lvl)")) == 0).drop(
+            "__key", "__cnt"
+        )
+        counts = df.groupBy("role", "name").agg(F.count(F.lit(1)).alias("__cnt"))
+        rows = sample.unionByName(counts, allowMissingColumns=True).collect()
+        self._merge(rows)
+
+    def _add_ctis(self, role: str, name: str, ctis: DataFrame) -> None:
+        self._pending.append(
+            ctis.select(
+                F.lit(role).alias("role"),
+                F.lit(name).alias("name"),
+                POS,
+                F.lit("CTI").alias("kind"),
+                F.lit(None).cast("string").alias("edge"),
+                F.col(CTI).alias("start"),
+                F.lit(None).cast("long").alias("end"),
+                F.lit("kept").alias("action"),
+                F.lit(None).cast("string").alias("reason"),
+                F.lit(None).cast("long").alias("adjusted"),
+                F.lit(None).cast("long").alias("cti"),
+            )
+        )
+
+    def _merge(self, rows: Iterable[Any]) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        levels: dict[tuple[str, str], int] = {}
+        new: dict[tuple[str, str], list[tuple[int, TraceItem]]] = {}
+        for r in rows:
+            k = (r["role"], r["name"])
+            if r["__cnt"] is not None:
+                counts[k] = r["__cnt"]
+                continue
+            levels[k] = max(levels.get(k, 0), r["__lvl"])
+            item = TraceItem(
+                r["role"],
+                r["name"],
+                tuple(r[POS]),
+                r["kind"],
+                r["edge"],
+                r["start"],
+                r["end"],
+                r["action"],
+                r["reason"],
+                r["adjusted"],
+                r["cti"],
+            )
+            new.setdefault(k, []).append((r["__h"], item))
+        for k, n in counts.items():
+            s = self._series.setdefault(k, _Series(*k))
+            level = max(levels.get(k, 0), _level(s.seen, n, self.cap))
+            s.seen += n
+            s.rows.extend(new.get(k, []))
+            s.rows.sort(key=lambda r: r[1].position)
+            s.thin(level, self.cap)
+
+    # -- reading -------------------------------------------------------------------------------
+    def _get(self, role: str, name: str) -> list[TraceItem]:
+        s = self._series.get((role, name))
+        return [item for _, item in s.rows] if s else []
+
+    def items(self, input_name: str) -> list[TraceItem]:
+        """The items input ``input_name`` received, in arrival order."""
+        return self._get(ITEM, input_name)
+
+    def input_ctis(self, input_name: str) -> list[TraceItem]:
+        """The CTIs input ``input_name`` emitted, in order."""
+        return self._get(INPUT_CTI, input_name)
+
+    @property
+    def operators(self) -> list[str]:
+        """Labels (``"<n>:<kind>"``) of the stateful operators that recorded CTIs, in plan
+        order."""
+        names = {n for (r, n) in self._series if r == OPERATOR_CTI}
+        return sorted(names, key=lambda n: (int(n.split(":", 1)[0]) if n[0].isdigit() else 0, n))
+
+    def operator_ctis(self, label: str) -> list[TraceItem]:
+        """The CTIs operator ``label`` emitted, in order."""
+        return self._get(OPERATOR_CTI, label)
+
+    def output_ctis(self) -> list[TraceItem]:
+        """The query's output CTIs, in order."""
+        return self._get(OUTPUT_CTI, self.query)
+
+    def sampled(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """The series beyond the cap: ``(role, name) -> (items kept, items seen)``."""
+        return {k: (len(s.rows), s.seen) for k, s in self._series.items() if len(s.rows) < s.seen}
+
+    def __repr__(self) -> str:
+        sizes = {f"{r}:{n}": len(s.rows) for (r, n), s in self._series.items()}
+        return f"Trace(query={self.query!r}, cap={self.cap}, series={sizes})"

@@ -1,0 +1,256 @@
+"""Started queries (semantics §4, §9): epochs over what the inputs hold, checkpoints, replay.
+
+A started query must give what a bounded run gives over the same arrival sequence, however its
+epochs fall, and a query restarted from its checkpoint directory must deliver every output item
+exactly once. The Kafka tests use the real broker on 127.0.0.1 (tests/brokers/kafka.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from kafka import KafkaProducer
+from pyspark.sql import functions as F
+
+from adapters.kafka import (
+    KafkaInputConfig,
+    KafkaInputFactory,
+    KafkaOutputConfig,
+    KafkaOutputFactory,
+)
+from adapters.memory import (
+    EventScript,
+    MemoryInputConfig,
+    MemoryInputFactory,
+    MemoryOutputConfig,
+    MemoryOutputFactory,
+)
+from bindings import Stream
+from engine import (
+    AdvanceTimeGenerationSettings,
+    AdvanceTimePolicy,
+    AdvanceTimeSettings,
+    EventKind,
+    EventShape,
+    point,
+)
+from engine.temporal import to_ticks
+from tests.adapters.test_kafka import produce, read_back
+
+S = 1_000_000
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+T0_MS = int(T0.timestamp()) * 1000
+SCHEMA = "id int, v double"
+EVERY_3 = AdvanceTimeSettings(
+    AdvanceTimeGenerationSettings(3, timedelta(0), True), policy=AdvanceTimePolicy.DROP
+)
+
+
+def _tag() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+def _memory_query(app, name: str):
+    script = EventScript().declare("events", "0")
+    for i, s in enumerate([1, 2, 5, 4, 7, 9, 12, 11, 15]):
+        script.insert("events", point(T0 + timedelta(seconds=s), {"id": i % 2, "v": float(i)}))
+    stream = Stream.create(
+        "events",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=script, schema=SCHEMA),
+        EventShape.POINT,
+        EVERY_3,
+    )
+    out = stream.tumbling_window(timedelta(seconds=5)).group_by("id").aggregate(n=F.count("*"))
+    return out.to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.INTERVAL
+    )
+
+
+def test_a_started_query_over_bounded_input_gives_what_run_gives(app, capsys, caplog):
+    tag = _tag()
+    with caplog.at_level(logging.INFO, logger="ctistream.runtime"):
+        _memory_query(app, f"run-{tag}").run(epochs=2, progress=True)
+    expected = MemoryOutputFactory.collected(f"run-{tag}")
+    # one progress line and one structured log record per epoch
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith(f"[run-{tag}]")]
+    assert [x.split(":")[0] for x in lines] == [f"[run-{tag}] epoch 1/2", f"[run-{tag}] epoch 2/2"]
+    fields = [r.ctistream for r in caplog.records if hasattr(r, "ctistream")]
+    assert [(f["query"], f["epoch"]) for f in fields] == [(f"run-{tag}", 0), (f"run-{tag}", 1)]
+    assert sum(f["items"] for f in fields) == len(expected)
+
+    q = _memory_query(app, f"started-{tag}")
+    q.start(trigger=timedelta(milliseconds=100))  # epochs in a loop on a thread
+    deadline = time.monotonic() + 120
+    while q.metrics()["events"]["events_in"] < 9:  # readable while it runs
+        assert q.exception() is None
+        assert time.monotonic() < deadline, "the started query read nothing in 120 s"
+        time.sleep(0.1)
+    q.stop()  # flushes on stop
+    got = MemoryOutputFactory.collected(f"started-{tag}")
+    assert got == expected
+    assert any(e.kind is EventKind.INSERT for e in got)
+    assert got[-1].kind is EventKind.CTI
+    with pytest.raises(RuntimeError, match="not started"):
+        q.step()
+
+
+def _produce(bootstrap: str, topic: str, rows: list[tuple[int, int, int, float]]) -> None:
+    """``(n, partition, id, seconds)``: a point at T0 + seconds, stamped T0 + n ms, so arrival
+    order is the order of ``n`` across partitions and batches."""
+    values = [
+        (p, {"ts": (T0 + timedelta(seconds=s)).isoformat(), "id": i}, T0_MS + n, None)
+        for n, p, i, s in rows
+    ]
+    produce(bootstrap, topic, values)
+
+
+def _kafka_query(app, name: str, bootstrap: str, source: str, sink: str):
+    stream = Stream.create(
+        "events",
+        KafkaInputFactory(),
+        KafkaInputConfig(
+            bootstrap_servers=bootstrap, topic=source, schema="id int", time_field="ts"
+        ),
+        EventShape.POINT,
+        EVERY_3,
+    )
+    out = stream.tumbling_window(timedelta(seconds=4)).group_by("id").aggregate(n=F.count("*"))
+    return out.to_query(
+        app,
+        name,
+        KafkaOutputFactory(),
+        KafkaOutputConfig(bootstrap_servers=bootstrap, topic=sink),
+        EventShape.INTERVAL,
+    )
+
+
+_ROWS = [
+    [(0, 1, 1.0), (1, 2, 2.0), (2, 1, 3.0), (0, 2, 2.5), (1, 1, 5.0)],
+    [(2, 2, 6.0), (0, 1, 4.5), (1, 1, 9.0), (2, 2, 8.0)],
+    [(0, 1, 10.0), (1, 2, 13.0), (2, 1, 12.0), (0, 2, 17.0)],
+    [(1, 1, 18.0), (2, 2, 21.0)],
+]
+_n = iter(range(10**6))
+BATCHES = [[(next(_n), *row) for row in batch] for batch in _ROWS]
+
+
+def test_a_restarted_query_replays_from_its_checkpoint_and_delivers_exactly_once(
+    app, kafka_broker, tmp_path
+):
+    b = kafka_broker.bootstrap
+    source = kafka_broker.create_topic(partitions=3)
+    once, sink = kafka_broker.create_topic(), kafka_broker.create_topic()
+    tag = _tag()
+
+    # The same input, read by a query that never stops half-way: one epoch, then the stop.
+    for batch in BATCHES:
+        _produce(b, source, batch)
+    whole = _kafka_query(app, f"whole-{tag}", b, source, once)
+    whole.start(trigger=None)
+    whole.step()
+    whole.stop()
+    expected = read_back(b, once, EventShape.INTERVAL)
+    assert sum(e.kind is EventKind.INSERT for e in expected) >= 5
+
+    # Now a query that reads the topic as it grows and crashes twice.
+    source2 = kafka_broker.create_topic(partitions=3)
+    ckpt = tmp_path / "ckpt"
+    q = _kafka_query(app, f"a-{tag}", b, source2, sink)
+    q.start(trigger=None, checkpoint=ckpt, checkpoint_every=2)
+    _produce(b, source2, BATCHES[0])
+    q.step()  # epoch 0
+    _produce(b, source2, BATCHES[1])
+    q.step()  # epoch 1: state written after it
+    _produce(b, source2, BATCHES[2])
+    q.step()  # epoch 2: logged and delivered, state not written
+    # crash: the query object is dropped without stop()
+    q2 = _kafka_query(app, f"b-{tag}", b, source2, sink)
+    q2.start(trigger=None, checkpoint=ckpt, checkpoint_every=2)  # state of 1, replays 2
+    _produce(b, source2, BATCHES[3])
+    q2.step()  # epoch 3
+    # crash again; the next start replays epoch 3 (no state after it) and stops
+    q3 = _kafka_query(app, f"c-{tag}", b, source2, sink)
+    q3.start(trigger=None, checkpoint=ckpt, checkpoint_every=2)
+    q3.stop()
+    got = read_back(b, sink, EventShape.INTERVAL)
+    assert got == expected
+    assert sorted((ckpt / "state").iterdir())  # snapshots were written
+
+
+def _live_join(app, name: str, bootstrap: str, data: str, ref: str):
+    every_event = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0)))
+    events = Stream.create(
+        "data",
+        KafkaInputFactory(),
+        KafkaInputConfig(bootstrap_servers=bootstrap, topic=data, schema="id int", time_field="ts"),
+        EventShape.POINT,
+        every_event,
+    )
+    weights = Stream.create(
+        "ref",
+        KafkaInputFactory(),
+        KafkaInputConfig(
+            bootstrap_servers=bootstrap,
+            topic=ref,
+            schema="id int, w double",
+            time_field="ts",
+            end_field="te",
+        ),
+        EventShape.INTERVAL,
+        every_event,
+    )
+    return events.join(weights, on="id").to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
+    )
+
+
+def test_a_quiet_input_advances_by_time_driven_ctis_so_a_join_still_emits(
+    app, kafka_broker, tmp_path
+):
+    b = kafka_broker.bootstrap
+    now = datetime.now(UTC)
+    ms = int(now.timestamp() * 1000)
+    data, ref = kafka_broker.create_topic(), kafka_broker.create_topic()
+
+    def send(topic: str, values: list[dict]) -> None:
+        producer = KafkaProducer(bootstrap_servers=b)
+        try:
+            for n, v in enumerate(values):
+                producer.send(topic, json.dumps(v).encode(), timestamp_ms=ms + n).get(timeout=10)
+        finally:
+            producer.close()
+
+    iso = lambda s: (now + timedelta(seconds=s)).isoformat()  # noqa: E731
+    # the reference: one weight for key 1 from an hour ago to an hour ahead, then silence
+    send(ref, [{"ts": iso(-3600), "te": iso(3600), "id": 1, "w": 2.0}])
+    # the data: key 1 five and four seconds ago
+    send(data, [{"ts": iso(-5), "id": 1}, {"ts": iso(-4), "id": 1}])
+
+    results = {}
+    for idle in (None, timedelta(milliseconds=300)):
+        name = f"quiet-{_tag()}"
+        q = _live_join(app, name, b, data, ref)
+        q.start(trigger=None, checkpoint=tmp_path / name, idle_timeout=idle)
+        q.step()  # both inputs have news
+        time.sleep(0.6)
+        q.step()  # the reference is quiet now
+        results[idle] = [
+            e for e in MemoryOutputFactory.collected(name) if e.kind is EventKind.INSERT
+        ]
+        q.stop(flush=False)
+        logged = json.loads((tmp_path / name / "offsets" / "1.json").read_text())
+        # the time-driven CTI of the reference (input 1) is in the offset log, for replay
+        assert ("1" in logged["ctis"]) is (idle is not None)
+    # Without it the join's CTI stays at the reference's CTI (an hour ago): nothing is final.
+    assert results[None] == []
+    # With it, both inputs have been quiet for longer than 300 ms by the second epoch: their
+    # CTIs follow the clock (delay 0), and both pairs are committed.
+    pairs = results[timedelta(milliseconds=300)]
+    assert [p.payload for p in pairs] == [{"id": 1, "right_id": 1, "w": 2.0}] * 2
+    assert [p.start for p in pairs] == [to_ticks(now - timedelta(seconds=s)) for s in (5, 4)]

@@ -1,0 +1,70 @@
+"""The ``ctistream`` command: runs a query named ``module:attr``, prints metrics, draws the
+timeline; refuses a target that names no query, saying what, expected and the fix."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bindings.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+LOOKUP = ROOT / "examples" / "lookup_join.py"
+t0 = 1_795_262_400 * 1_000_000  # 2026-11-21T12:00:00Z
+S = 1_000_000
+
+
+def test_the_command_runs_an_example_prints_metrics_and_writes_the_timeline(tmp_path):
+    png, html = tmp_path / "t.png", tmp_path / "t.html"
+    cmd = [sys.executable, "-m", "bindings.cli", "examples/lookup_join.py:query", "--epochs", "1"]
+    cmd += ["--timeline-png", str(png), "--timeline-html", str(html)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "query 'lookup-import': ran in 1 epoch(s)" in out
+    assert "[Stage" not in done.stderr  # no progress bar over the output
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    header = rows["input"]
+    # 40 data points, each followed by a CTI, and the flush at the end: 41 generated CTIs, all
+    # imported by the lookup stream; its late START edge (20 s, arriving after the CTI at 30 s)
+    # is adjusted to 30 s.
+    assert rows["dataStream"][header.index("events_in")] == "40"
+    assert rows["dataStream"][header.index("ctis_generated")] == "41"
+    assert rows["lookupStream"][header.index("ctis_imported")] == "41"
+    assert rows["lookupStream"][header.index("adjusted")] == "1"
+    assert rows["2:join"][-1] == "+inf"
+    assert f"timeline: {png} and {html}" in out
+
+    assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 20_000
+    page = html.read_text()
+    (adjusted,) = re.findall(r'<g class="event adjusted"[^>]*>', page)
+    assert 'data-input="lookupStream"' in adjusted
+    assert f'data-time="{t0 + 20 * S}"' in adjusted and f'data-adjusted="{t0 + 30 * S}"' in adjusted
+    # The join's output CTIs follow the data stream: 1 s .. 40 s, then +inf at the stop.
+    values = re.findall(r'class="cti output-cti"[^>]*data-value="([^"]+)"', page)
+    assert values == [str(t0 + k * S) for k in range(1, 41)] + ["+inf"]
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("lookup_join", r"expected MODULE:ATTR.*got 'lookup_join'.*Fix:"),
+        ("no_such_module_x1:query", r"no module named 'no_such_module_x1'.*expected.*Fix:"),
+        (f"{ROOT}/examples/nope.py:query", r"no file .*nope\.py.*expected.*Fix:"),
+        (
+            f"{LOOKUP}:nothing",
+            r"has no attribute 'nothing'.*\['at', 'build', 'main', 'query', 'run', .*Fix:",
+        ),
+        ("math:pi", r"math:pi is a float .*expected a bindings\.Query.*Fix:"),
+        (f"{LOOKUP}:build", r"takes arguments \['app', 'import_ctis'\].*Fix:"),
+        (f"{LOOKUP}:script", r"returned EventScript .*expected a bindings\.Query.*Fix:"),
+    ],
+)
+def test_a_target_that_names_no_query_is_refused(target, says, capsys):
+    assert main([target]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ctistream: ") and re.search(says, err, re.S), err

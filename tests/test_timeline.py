@@ -1,0 +1,316 @@
+"""The timeline of a traced run: what the trace records, the PNG, the HTML page and its marks.
+
+One scripted run (two inputs, DROP and ADJUST, a CTI import, a union and a tumbling window), cut
+into 3 epochs. Every expected value below is derived by hand from the script.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pyspark.sql import functions as F
+
+from adapters.memory import (
+    EventScript,
+    MemoryInputConfig,
+    MemoryInputFactory,
+    MemoryOutputConfig,
+    MemoryOutputFactory,
+)
+from bindings import Stream
+from engine import (
+    AdvanceTimeGenerationSettings,
+    AdvanceTimeImportSettings,
+    AdvanceTimePolicy,
+    AdvanceTimeSettings,
+    CtiViolationError,
+    EventShape,
+    edge_end,
+    edge_start,
+    interval,
+    point,
+)
+from engine.temporal import MAX_TIME, to_ticks
+from engine.trace import Trace
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)  # a multiple of 10 s: the window grid
+S = 1_000_000
+t0 = to_ticks(T0)
+INF = MAX_TIME
+_names = itertools.count()
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def script() -> EventScript:
+    """Arrival stamps are the call order, 0..9.
+
+    ``data``: a CTI 2 s behind each point; DROP. ``ref``: imports data's CTIs; ADJUST.
+    """
+    s = EventScript()
+    s.insert("data", point(at(1), {"v": 1.0}))  # 0: CTI 1-2 = -1 s
+    s.insert("data", point(at(5), {"v": 1.0}))  # 1: CTI 3 s
+    s.insert("ref", interval(at(2), at(8), {"v": 2.0}))  # 2: 2 < 3: adjusted to [3, 8)
+    s.insert("data", point(at(2), {"v": 1.0}))  # 3: 2 < 3: dropped (no new CTI: max start 5)
+    s.insert("data", point(at(12), {"v": 1.0}))  # 4: CTI 10 s
+    s.insert("ref", interval(at(4), at(6), {"v": 2.0}))  # 5: ends before 10: dropped
+    s.insert("data", point(at(9), {"v": 1.0}))  # 6: 9 < 10: dropped
+    s.insert("data", point(at(15), {"v": 1.0}))  # 7: CTI 13 s
+    s.insert("ref", interval(at(14), at(20), {"v": 2.0}))  # 8: kept
+    s.end("data")  # 9: flush: CTI +inf (imported by ref too)
+    return s
+
+
+def build(app, cap_script: EventScript | None = None):
+    events = cap_script or script()
+    data = Stream.create(
+        "data",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=events),
+        EventShape.POINT,
+        AdvanceTimeSettings(
+            AdvanceTimeGenerationSettings(1, timedelta(seconds=2), True),
+            None,
+            AdvanceTimePolicy.DROP,
+        ),
+    )
+    ref = Stream.create(
+        "ref",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=events),
+        EventShape.INTERVAL,
+        AdvanceTimeSettings(None, AdvanceTimeImportSettings("data"), AdvanceTimePolicy.ADJUST),
+    )
+    name = f"timeline{next(_names)}"
+    query = (
+        data.union(ref)
+        .tumbling_window(timedelta(seconds=10))
+        .aggregate(n=F.count("*"))
+        .to_query(app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT)
+    )
+    return query
+
+
+@pytest.fixture(scope="module")
+def traced(app):
+    query = build(app)
+    query.run(epochs=3, trace=True)
+    yield query
+    app.queries.pop(query.name, None)
+
+
+# Hand-derived: the data CTIs after arrivals 0, 1, 4, 7 (point - 2 s) and the flush at 9; ref
+# imports each at the same place; the union's CTI is the smaller of both (the same here); the
+# window pulls each back to the start of the earliest open 10 s window (-1 -> -10, 3 -> 0,
+# 10 -> 10, 13 -> 10: no rise).
+DATA_CTIS = [(0, t0 - S), (1, t0 + 3 * S), (4, t0 + 10 * S), (7, t0 + 13 * S), (9, INF)]
+WINDOW_CTIS = [(0, t0 - 10 * S), (1, t0), (4, t0 + 10 * S), (9, INF)]
+
+
+def test_a_traced_run_delivers_the_same_results(traced):
+    out = MemoryOutputFactory.collected(traced.name)
+    # [0, 10 s): points 1 and 5, ref [3, 8) (2 and 9 dropped, [4, 6) dropped); [10, 20 s): 12,
+    # 15 and ref [14, 20).
+    events = [(e.start, e.payload["n"]) for e in out if not e.is_cti]
+    assert events == [(t0, 3), (t0 + 10 * S, 3)]
+    assert [e.start for e in out if e.is_cti] == [c for _, c in WINDOW_CTIS]
+
+
+def test_the_trace_records_items_actions_and_every_ctis_place(traced):
+    trace = traced.trace
+    assert trace.inputs == ["data", "ref"]
+    data = [(i.arrival, i.kind, i.start, i.action) for i in trace.items("data")]
+    assert data == [
+        (0, "INSERT", t0 + 1 * S, "kept"),
+        (1, "INSERT", t0 + 5 * S, "kept"),
+        (3, "INSERT", t0 + 2 * S, "dropped"),
+        (4, "INSERT", t0 + 12 * S, "kept"),
+        (6, "INSERT", t0 + 9 * S, "dropped"),
+        (7, "INSERT", t0 + 15 * S, "kept"),
+        (9, "EOI", None, "kept"),
+    ]
+    ref = [(i.arrival, i.start, i.end, i.action, i.adjusted, i.cti) for i in trace.items("ref")]
+    assert ref == [
+        (2, t0 + 2 * S, t0 + 8 * S, "adjusted", t0 + 3 * S, t0 + 3 * S),
+        (5, t0 + 4 * S, t0 + 6 * S, "dropped", None, t0 + 10 * S),
+        (8, t0 + 14 * S, t0 + 20 * S, "kept", None, t0 + 13 * S),
+    ]
+    assert {i.reason for i in trace.items("ref") if i.action != "kept"} == {"cti-violation"}
+    assert [(c.arrival, c.start) for c in trace.input_ctis("data")] == DATA_CTIS
+    assert [(c.arrival, c.start) for c in trace.input_ctis("ref")] == DATA_CTIS
+    assert trace.operators == ["2:union", "3:window"]
+    assert [(c.arrival, c.start) for c in trace.operator_ctis("2:union")] == DATA_CTIS
+    assert [(c.arrival, c.start) for c in trace.operator_ctis("3:window")] == WINDOW_CTIS
+    assert [(c.arrival, c.start) for c in trace.output_ctis()] == WINDOW_CTIS
+    assert len(trace.cuts) == 2 and trace.sampled() == {}
+
+
+def test_the_png_is_a_picture_with_the_marks_colours(traced, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    path = tmp_path / "timeline.png"
+    data = traced.timeline(png=path).png()
+    assert path.read_bytes() == data and data.startswith(b"\x89PNG")
+    img = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).astype(int)
+    height, width, _ = img.shape
+    assert width >= 1000 and height >= 800
+    pixels = img.reshape(-1, 3)
+    binned = (pixels // 16) @ np.array([256, 16, 1])
+    assert len(np.unique(binned)) >= 20  # lines, marks, text: far from blank
+    ink = (pixels != 255).any(axis=1).mean()
+    assert 0.02 < ink < 0.6
+
+    def near(rgb: tuple[int, int, int]) -> int:
+        return int((np.abs(pixels - np.array(rgb)) <= 12).all(axis=1).sum())
+
+    assert near((0xD6, 0x27, 0x28)) > 30  # the dropped crosses
+    assert near((0xFF, 0x7F, 0x0E)) > 30  # the adjusted arrow and markers
+    assert near((0x1F, 0x77, 0xB4)) > 100  # input data's events and CTI line
+
+
+def _svg(page: str) -> ET.Element:
+    return ET.fromstring(page[page.index("<svg") : page.index("</svg>") + len("</svg>")])
+
+
+def _marks(svg: ET.Element, cls: str) -> list[dict[str, str]]:
+    return [dict(e.attrib) for e in svg.iter() if e.get("class") == cls]
+
+
+def test_the_html_page_is_self_contained_and_holds_the_marks(traced, tmp_path):
+    path = tmp_path / "timeline.html"
+    traced.timeline(html=path)
+    page = path.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "</html>" in page
+    assert "<script" not in page and "<link" not in page and "@import" not in page
+    assert not re.search(r"(src|href)=", page) and set(re.findall(r"url\(([^)]*)\)", page)) == {
+        "#arrow"
+    }
+    svg = _svg(page)
+
+    dropped = _marks(svg, "event dropped")
+    assert sorted(
+        (d["data-input"], int(d["data-arrival"]), int(d["data-time"])) for d in dropped
+    ) == [
+        ("data", 3, t0 + 2 * S),
+        ("data", 6, t0 + 9 * S),
+        ("ref", 5, t0 + 4 * S),
+    ]
+    assert {d["data-reason"] for d in dropped} == {"cti-violation"}
+    (adjusted,) = _marks(svg, "event adjusted")
+    assert (adjusted["data-input"], adjusted["data-arrival"]) == ("ref", "2")
+    assert (int(adjusted["data-time"]), int(adjusted["data-adjusted"])) == (t0 + 2 * S, t0 + 3 * S)
+    kept = _marks(svg, "event kept")
+    assert sorted((k["data-input"], int(k["data-arrival"])) for k in kept) == [
+        ("data", 0),
+        ("data", 1),
+        ("data", 4),
+        ("data", 7),
+        ("ref", 8),
+    ]
+
+    def ctis(cls: str, series: str) -> list[tuple[int, int]]:
+        marks = [c for c in _marks(svg, cls) if c["data-series"] == series]
+        value = {"+inf": INF}
+        return [
+            (int(c["data-arrival"]), value.get(c["data-value"]) or int(c["data-value"]))
+            for c in marks
+        ]
+
+    assert ctis("cti input-cti", "data") == DATA_CTIS
+    assert ctis("cti input-cti", "ref") == DATA_CTIS
+    assert ctis("cti operator-cti", "2:union") == DATA_CTIS
+    assert ctis("cti operator-cti", "3:window") == WINDOW_CTIS
+    assert ctis("cti output-cti", traced.name) == WINDOW_CTIS
+    cuts = {int(c["data-arrival"]) for c in _marks(svg, "epoch-cut")}
+    assert cuts == set(traced.trace.cuts) and len(cuts) == 2
+    assert [e["data-arrival"] for e in _marks(svg, "end-of-input")] == ["9"]
+    assert 'class="sampled"' not in page
+
+
+def test_a_capped_trace_keeps_a_sample_and_says_so(app, traced):
+    query = build(app)
+    try:
+        query.run(epochs=2, trace=Trace(cap=2))
+        trace = query.trace
+        full = traced.trace
+        for name in ("data", "ref"):
+            items = trace.items(name)
+            assert 1 <= len(items) <= 2
+            assert {i.position for i in items} <= {i.position for i in full.items(name)}
+            assert 1 <= len(trace.input_ctis(name)) <= 2
+        assert trace.sampled()[("item", "data")] == (len(trace.items("data")), 7)
+        assert trace.sampled()[("input-cti", "data")] == (len(trace.input_ctis("data")), 5)
+        page = query.timeline().html()
+        assert 'class="sampled"' in page
+        assert f"input data items: {len(trace.items('data'))} of 7 shown" in page
+    finally:
+        app.queries.pop(query.name, None)
+
+
+def test_a_failed_run_keeps_its_trace_up_to_the_bad_item(app):
+    s = EventScript()
+    s.insert("edges", edge_start(at(8), {"v": 2.0}))  # 0: CTI 8 s after it
+    s.insert("edges", edge_start(at(6), {"v": 3.0}))  # 1: 6 < 8: dropped
+    s.insert("edges", edge_end(at(6), at(9), {"v": 3.0}))  # 2: its START edge was dropped
+    s.insert("only", point(at(5), {"v": 1.0}))  # 3
+    s.cti("only", at(10))  # 4
+    s.cti("only", at(7))  # 5: not above 10: ignored
+    s.insert("only", point(at(3), {"v": 1.0}))  # 6: breaks the CTI, and there is no policy
+    s.insert("only", point(at(12), {"v": 1.0}))  # 7: never read
+    only = Stream.create(
+        "only", MemoryInputFactory(), MemoryInputConfig(script=s), EventShape.POINT
+    )
+    edges = Stream.create(
+        "edges",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=s),
+        EventShape.EDGE,
+        AdvanceTimeSettings(
+            AdvanceTimeGenerationSettings(1, timedelta(0)), None, AdvanceTimePolicy.DROP
+        ),
+    )
+    name = f"timeline{next(_names)}"
+    query = only.union(edges).to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
+    )
+    try:
+        with pytest.raises(CtiViolationError):
+            query.run(trace=True)
+        trace = query.trace
+        items = [(i.arrival, i.kind, i.start, i.action) for i in trace.items("only")]
+        assert items == [
+            (3, "INSERT", t0 + 5 * S, "kept"),
+            (4, "CTI", t0 + 10 * S, "kept"),
+            (5, "CTI", t0 + 7 * S, "ignored"),
+        ]
+        edge_items = [(i.arrival, i.edge, i.action, i.reason) for i in trace.items("edges")]
+        assert edge_items == [
+            (0, "START", "kept", None),
+            (1, "START", "dropped", "cti-violation"),
+            (2, "END", "dropped", "start-dropped"),
+        ]
+        # The union's CTI is the smaller of both inputs' latest: -inf until "only" has one.
+        assert [(c.arrival, c.start) for c in trace.operator_ctis("2:union")] == [(4, t0 + 8 * S)]
+        assert [(c.arrival, c.start) for c in trace.output_ctis()] == [(4, t0 + 8 * S)]
+        page = query.timeline().html()
+        assert page.count('class="explicit-cti ignored"') == 1
+        assert page.count('data-reason="start-dropped"') == 1
+    finally:
+        app.queries.pop(name, None)
+
+
+def test_a_timeline_needs_a_traced_run(app):
+    query = build(app)
+    try:
+        with pytest.raises(RuntimeError, match=r"no trace .* Fix: call query.run\(trace=True\)"):
+            query.timeline()
+    finally:
+        app.queries.pop(query.name, None)
