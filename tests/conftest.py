@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "ci",
-    max_examples=int(os.environ.get("CTISTREAM_EXAMPLES", "5")),
+    max_examples=int(os.environ.get("CTISTREAM_EXAMPLES", "3")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=True,

@@ -270,7 +270,7 @@ def _leaves(plan) -> set[str]:
     return set().union(*(_leaves(c) for c in children))
 
 
-@settings(max_examples=int(os.environ.get("CTISTREAM_COMPOSITIONS", "3")))
+@settings(max_examples=int(os.environ.get("CTISTREAM_COMPOSITIONS", "2")))
 @given(data=st.data(), case=cases(max_inputs=3, max_items=14), shape=SHAPES)
 def test_random_compositions_of_operators_match_the_reference(app, data, case, shape):
     """1-4 operators of every kind over 1-3 inputs; inputs the plan leaves out join it through a
