@@ -27,7 +27,7 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from engine.checkpoint import CheckpointDir
-from engine.errors import MalformedRecordError
+from engine.errors import MalformedRecordError, QueryBuildError
 from engine.plan import walk
 from engine.rows import POS
 from engine.temporal import MIN_TIME
@@ -78,6 +78,13 @@ class Streamer:
     def _node_index(self) -> dict[int, int]:
         return {id(n): i for i, n in enumerate(walk(self.rt.root))}
 
+    def _shape(self) -> list[str]:
+        """What a checkpoint's state must fit: the plan's operators and the inputs with their
+        partitions, in order."""
+        ops = [type(n).__name__ for n in walk(self.rt.root)]
+        inputs = [f"{b.spec.name}:{','.join(b.spec.partitions)}" for b in self.rt.inputs]
+        return ops + inputs
+
     def _state(self) -> dict[str, Any]:
         index = self._node_index()
         return {
@@ -85,6 +92,7 @@ class Streamer:
             "ordering": getattr(self.rt, "_ordering", {}),
             "ops": {index[k]: v for k, v in self.rt._ops.items()},
             "egress": self.rt._egress,
+            "shape": self._shape(),
             "stream": {
                 "epoch": self.epoch,
                 "next": self.next,
@@ -103,6 +111,13 @@ class Streamer:
         snap = self.dir.latest_state(rt.spark)
         if snap is not None:
             _, st = snap
+            if st.get("shape") != self._shape():
+                raise QueryBuildError(
+                    f"query {rt.name!r}: the checkpoint in {str(self.dir.path)!r} was written by "
+                    f"a query of another shape; expected {self._shape()}, got "
+                    f"{st.get('shape')}. Fix: start the query with a new checkpoint directory "
+                    "(state cannot move between different plans or inputs)"
+                )
             nodes = list(walk(rt.root))
             rt._ingress = st["ingress"]
             rt._ordering = st["ordering"]

@@ -39,6 +39,7 @@ from engine import (
     EventShape,
     point,
 )
+from engine.errors import QueryBuildError
 from engine.temporal import to_ticks
 from tests.adapters.test_kafka import produce, read_back
 
@@ -254,3 +255,28 @@ def test_a_quiet_input_advances_by_time_driven_ctis_so_a_join_still_emits(
     pairs = results[timedelta(milliseconds=300)]
     assert [p.payload for p in pairs] == [{"id": 1, "right_id": 1, "w": 2.0}] * 2
     assert [p.start for p in pairs] == [to_ticks(now - timedelta(seconds=s)) for s in (5, 4)]
+
+
+def test_a_checkpoint_of_another_query_shape_is_refused_with_a_fix(app, tmp_path):
+    tag = _tag()
+    q = _memory_query(app, f"ck-{tag}")
+    q.start(trigger=None, checkpoint=tmp_path / "ck", checkpoint_every=1)
+    q.step()
+    q.stop()
+    # the same input, but a plan without the window: its state cannot be restored
+    script = EventScript().declare("events", "0")
+    other = Stream.create(
+        "events",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=script, schema=SCHEMA),
+        EventShape.POINT,
+        EVERY_3,
+    ).to_query(
+        app,
+        f"other-{tag}",
+        MemoryOutputFactory(),
+        MemoryOutputConfig(name=f"other-{tag}"),
+        EventShape.POINT,
+    )
+    with pytest.raises(QueryBuildError, match=r"another shape.*new checkpoint directory"):
+        other.start(trigger=None, checkpoint=tmp_path / "ck")
