@@ -157,12 +157,16 @@ def read_all(a: KafkaInputAdapter, partition: str = "0", start: int = 0) -> list
     return list(a.read(partition, start))
 
 
-def read_back(bootstrap: str, topic: str, shape: EventShape = EventShape.POINT) -> list[Event]:
-    """An output topic read back through the input adapter, CTIs included."""
+def read_back(
+    bootstrap: str, topic: str, shape: EventShape = EventShape.POINT, schema: str | None = None
+) -> list[Event]:
+    """An output topic read back through the input adapter, CTIs included (payloads read with
+    ``schema``, by default the one of :func:`input_config`)."""
     a = adapter(
         bootstrap,
         topic,
         shape,
+        **({"schema": schema} if schema else {}),
         time_field="start",
         end_field=None if shape is EventShape.POINT else "end",
         edge_field="edge" if shape is EventShape.EDGE else None,

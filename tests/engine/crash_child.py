@@ -35,12 +35,16 @@ from engine import (
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KEYS = 4
+#: The payload of the query's output records.
+OUTPUT_SCHEMA = "id int, n long, total double"
 
 
 def _events(bootstrap: str, topic: str) -> Stream:
-    # a CTI after every 4 events of a partition, 1 s behind its latest start; later ones dropped
+    # a CTI after every 4 events of a partition, 1 s behind its latest start, later ones dropped;
+    # +inf when the query stops, so every window is released
     settings = AdvanceTimeSettings(
-        AdvanceTimeGenerationSettings(4, timedelta(seconds=1)), policy=AdvanceTimePolicy.DROP
+        AdvanceTimeGenerationSettings(4, timedelta(seconds=1), flush_on_stop=True),
+        policy=AdvanceTimePolicy.DROP,
     )
     config = KafkaInputConfig(
         bootstrap_servers=bootstrap, topic=topic, schema="id int, v double", time_field="ts"
