@@ -8,46 +8,70 @@ payload), then ``c`` itself. What an item waits for depends on the consumer's sh
 * INTERVAL: each event once ``start < c`` and its end is known (an edge: its END edge came first);
 * EDGE: a START edge once ``start < c``, an END edge once ``end < c``.
 
-The release CTI of an item is found without a loop: among the epoch's CTIs (increasing), count
-those with value <= the item's release time, and, for an edge's interval, those before its END
-edge; the item goes out with the next one. Items not yet released are the egress state.
+Everything egress releases goes to the output adapter on the driver, so egress runs there: one
+Spark job collects the epoch's release items and CTIs, and the driver finds each item's CTI by
+binary search (the first CTI above its release time and, for an edge's interval, positioned after
+its END edge) and sorts each segment. Items not yet released are the egress state, kept on the
+driver (a checkpoint writes them as a DataFrame: :meth:`EgressState.to_frame`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from engine.events import EdgeType, Event, EventKind, EventShape
-from engine.rows import CTI, EDGE, END, POS, START, EpochCache, Flow
+from engine.rows import CTI, EDGE, END, POS, START, Flow
 from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["EgressState", "egress_epoch"]
 
 _REL = "__rel_t"  # the item is released by the first CTI strictly above this time
 _AFTER = "__after"  # and (INTERVAL consumer, edges) only by a CTI positioned after this
+_TYP = "__typ"  # 0: a CTI, 1: a release item, 2: an empty END edge cancelling its opener
+_HEAD = (START, END, EDGE, _REL, _AFTER)
 
 
 @dataclass
 class EgressState:
-    """Items waiting for a CTI, and the last CTI delivered."""
+    """Items waiting for a CTI (rows of ``_HEAD`` then the payload, on the driver), the schema
+    they were collected with (JSON, for checkpoints), and the last CTI delivered."""
 
-    pending: DataFrame | None = None
+    pending: list[tuple] = field(default_factory=list)
     last_cti: int = MIN_TIME
+    schema: str | None = None
+
+    def to_frame(self, spark: SparkSession) -> EgressState:
+        """This state with ``pending`` as a DataFrame (what a checkpoint can write)."""
+        if self.schema is None:
+            return self
+        schema = StructType.fromJson(json.loads(self.schema))
+        return replace(self, pending=spark.createDataFrame(self.pending, schema))  # type: ignore[arg-type]
+
+    def from_frame(self) -> EgressState:
+        """The inverse of :meth:`to_frame` (a restored checkpoint)."""
+        if isinstance(self.pending, DataFrame):
+            return replace(self, pending=[tuple(r) for r in self.pending.collect()])
+        return self
 
 
-def _items(flow: Flow, shape: EventShape, payload: list[str]) -> tuple[DataFrame, DataFrame | None]:
-    """The epoch's events as release items of the consumer's shape, and (EDGE consumer) the
-    edges whose lifetime turned out empty, which cancel their pending START edge."""
+def _items(flow: Flow, shape: EventShape, payload: list[str]) -> DataFrame:
+    """The epoch's events as release items of the consumer's shape, and (POINT and EDGE
+    consumers) the edges whose lifetime turned out empty, which cancel their pending opener."""
     ev = flow.events
     edge = F.col(EDGE)
     no_pos = F.lit(None).cast(ev.schema[POS].dataType)
 
-    def item(df: DataFrame, start, end, out_edge, rel, after=no_pos) -> DataFrame:
+    def item(df: DataFrame, start, end, out_edge, rel, after=no_pos, typ=1) -> DataFrame:
         return df.select(
             start.alias(START),
             end.alias(END),
@@ -55,102 +79,101 @@ def _items(flow: Flow, shape: EventShape, payload: list[str]) -> tuple[DataFrame
             rel.alias(_REL),
             after.alias(_AFTER),
             *payload,
+            F.lit(typ).alias(_TYP),
         )
 
     s, e = F.col(START), F.col(END)
     nonempty = e > s
-    cancels = ev.filter((edge == "END") & ~nonempty).select(START, *payload)
-    if shape is EventShape.POINT:
-        return item(ev.filter(~edge.eqNullSafe("END")), s, s + 1, None, s), cancels
     if shape is EventShape.INTERVAL:
         whole = item(ev.filter(edge.isNull()), s, e, None, s)
-        closed = item(ev.filter((edge == "END") & nonempty), s, e, None, s, F.col(POS))
-        return whole.unionByName(closed), None
+        return whole.unionByName(
+            item(ev.filter((edge == "END") & nonempty), s, e, None, s, F.col(POS))
+        )
+    cancels = item(ev.filter((edge == "END") & ~nonempty), s, e, None, s, typ=2)
+    if shape is EventShape.POINT:
+        return item(ev.filter(~edge.eqNullSafe("END")), s, s + 1, None, s).unionByName(cancels)
     starts = item(ev.filter(~edge.eqNullSafe("END")), s, F.lit(MAX_TIME), "START", s)
     ends = item(ev.filter(edge.isNull() | ((edge == "END") & nonempty)), s, e, "END", e)
-    return starts.unionByName(ends), cancels
+    return starts.unionByName(ends).unionByName(cancels)
 
 
-def _cancel(pending: DataFrame, cancels: DataFrame, payload: list[str]) -> DataFrame:
-    """Remove, per cancel, one pending item that opened the same (start, payload): a START edge
-    for the EDGE consumer, a point for the POINT consumer. Such an item cannot have been released
-    yet: that takes a CTI above its start, which the empty END edge would have violated."""
-    key = [START, *payload]
-    opener = F.col(EDGE).eqNullSafe("START") | (
-        F.col(EDGE).isNull() & (F.col(END) == F.col(START) + 1)
-    )
-    ranked = pending.withColumn(
-        "__r",
-        F.when(opener, F.row_number().over(Window.partitionBy(opener, *key).orderBy(_REL))),
-    )
-    n = cancels.groupBy(*key).agg(F.count("*").alias("__n"))
-    p, c = ranked.alias("p"), n.alias("c")
-    on = [F.col(f"p.{k}").eqNullSafe(F.col(f"c.{k}")) for k in key]
-    joined = p.join(c, on, "left")
-    keep = F.col("p.__r").isNull() | F.col("c.__n").isNull() | (F.col("p.__r") > F.col("c.__n"))
-    return joined.filter(keep).select("p.*").drop("__r")
+def _cancel(items: list[tuple], cancels: Counter) -> list[tuple]:
+    """Remove, per cancel, one item that opened the same (start, payload): a START edge for the
+    EDGE consumer, a point for the POINT consumer. Such an item cannot have been released yet:
+    that takes a CTI above its start, which the empty END edge would have violated."""
+    kept = []
+    for it in items:
+        key = (it[0], it[5:])
+        opener = it[2] == "START" or (it[2] is None and it[1] == it[0] + 1)
+        if opener and cancels[key] > 0:
+            cancels[key] -= 1
+            continue
+        kept.append(it)
+    return kept
+
+
+def _order(value: Any) -> Any:
+    """A sort key for a payload value: nulls first, NaN above every number (Spark's order),
+    structs and arrays field by field."""
+    if value is None:
+        return (0,)
+    if isinstance(value, float) and math.isnan(value):
+        return (2,)
+    if isinstance(value, tuple | list):
+        return (1, tuple(_order(v) for v in value))
+    if isinstance(value, dict):
+        return (1, tuple(sorted((_order(k), _order(v)) for k, v in value.items())))
+    return (1, value)
+
+
+def _segment_key(it: tuple) -> tuple:
+    return (it[0], 0 if it[2] == "START" else 1, it[1], tuple(_order(v) for v in it[5:]))
 
 
 def egress_epoch(
-    flow: Flow, shape: EventShape, payload: list[str], state: EgressState, cache: EpochCache
+    flow: Flow, shape: EventShape, payload: list[str], state: EgressState
 ) -> tuple[list[Event], EgressState]:
     """Release what this epoch's CTIs commit. Returns the items to deliver, in order."""
-    items, cancels = _items(flow, shape, payload)
-    if state.pending is not None:
-        items = state.pending.unionByName(items)
-    if cancels is not None:
-        items = _cancel(items, cancels, payload)
+    items = _items(flow, shape, payload)
+    ctis = flow.ctis.select(F.col(CTI).alias(_REL), F.col(POS).alias(_AFTER), F.lit(0).alias(_TYP))
+    collected = items.unionByName(ctis, allowMissingColumns=True)
+    schema = items.drop(_TYP).schema
+    rows = collected.collect()
 
-    ctis = cache.keep(flow.ctis.withColumn("__k", F.row_number().over(Window.orderBy(POS))))
-    # Per item: how many of the epoch's CTIs are at or below its release time, and (INTERVAL
-    # consumer, edges) how many come before its END edge; it goes out with the next CTI.
-    both = items.withColumn("__typ", F.lit(1)).unionByName(
-        ctis.select(F.col(CTI).alias(_REL), F.col(POS).alias(_AFTER), F.lit(0).alias("__typ")),
-        allowMissingColumns=True,
-    )
-    is_cti = F.when(F.col("__typ") == 0, 1).otherwise(0)
-    by_time = Window.orderBy(_REL, "__typ").rowsBetween(Window.unboundedPreceding, 0)
-    ranked = both.withColumn("__a", F.sum(is_cti).over(by_time)).withColumn(
-        "__n", F.sum(is_cti).over(Window.partitionBy(F.lit(0)))
-    )
-    if shape is EventShape.INTERVAL:
-        # A CTI at the END edge's own position comes after it (operators emit rows before the
-        # CTI of the same position).
-        by_pos = Window.orderBy(_AFTER, F.col("__typ").desc()).rowsBetween(
-            Window.unboundedPreceding, 0
-        )
-        after = F.when(F.col(_AFTER).isNull(), 0).otherwise(F.sum(is_cti).over(by_pos))
-        ranked = ranked.withColumn("__b", after)
-    else:
-        ranked = ranked.withColumn("__b", F.lit(0))
-    ranked = cache.keep(
-        ranked.filter(F.col("__typ") == 1)
-        .withColumn("__k", F.greatest("__a", "__b") + 1)
-        .drop("__a", "__b", "__typ")
-    )
-    released = ranked.filter(F.col("__k") <= F.col("__n"))
-    pending = ranked.filter(F.col("__k") > F.col("__n")).drop("__k", "__n").localCheckpoint()
-    edge_rank = F.when(F.col(EDGE) == "START", 0).otherwise(1)
-    out = released.select(
-        "__k", F.lit(0).alias("__o"), START, edge_rank.alias("__er"), END, EDGE, *payload
-    ).unionByName(
-        ctis.select("__k", F.lit(1).alias("__o"), F.col(CTI).alias(START), F.col(CTI).alias(END)),
-        allowMissingColumns=True,
-    )
-    rows = out.orderBy("__k", "__o", START, "__er", END, *payload).collect()
+    cuts = sorted((tuple(r[_AFTER]), r[_REL]) for r in rows if r[_TYP] == 0)
+    positions = [p for p, _ in cuts]
+    values = [c for _, c in cuts]
+    fresh = [tuple(r)[:-1] for r in rows if r[_TYP] == 1]
+    pending = state.pending + fresh
+    cancels = Counter((r[START], tuple(r)[5:-1]) for r in rows if r[_TYP] == 2)
+    if cancels:
+        pending = _cancel(pending, cancels)
+
+    segments: list[list[tuple]] = [[] for _ in cuts]
+    waiting = []
+    for it in pending:
+        # the first CTI above its release time, and (INTERVAL consumer, edges) positioned after
+        # its END edge (a CTI at the END edge's own position comes after it)
+        k = bisect_right(values, it[3])
+        if it[4] is not None:
+            k = max(k, bisect_left(positions, tuple(it[4])))
+        if k < len(cuts):
+            segments[k].append(it)
+        else:
+            waiting.append(it)
 
     delivered: list[Event] = []
     last = state.last_cti
-    for r in rows:
-        if r["__o"] == 1:
-            last = r[START]
-            delivered.append(Event(EventKind.CTI, last, last))
-            continue
-        edge = EdgeType(r[EDGE]) if r[EDGE] else None
-        delivered.append(
-            Event(EventKind.INSERT, r[START], r[END], {k: _py(r[k]) for k in payload}, edge)
-        )
-    return delivered, EgressState(pending, last)
+    for (_, c), segment in zip(cuts, segments, strict=True):
+        for it in sorted(segment, key=_segment_key):
+            start, end, edge = it[0], it[1], it[2]
+            values_ = {k: _py(v) for k, v in zip(payload, it[5:], strict=True)}
+            delivered.append(
+                Event(EventKind.INSERT, start, end, values_, EdgeType(edge) if edge else None)
+            )
+        last = c
+        delivered.append(Event(EventKind.CTI, c, c))
+    return delivered, EgressState(waiting, last, schema.json())
 
 
 def _py(value: Any) -> Any:

@@ -238,7 +238,8 @@ class Runtime:
                     F.lit(0).alias("sub"),
                 ),
             )
-            raws[b.spec.index] = df.localCheckpoint()
+            # read when first used (by the first job over it), once per run
+            raws[b.spec.index] = df.localCheckpoint(eager=False)
         return raws
 
     @staticmethod
@@ -521,7 +522,7 @@ class Runtime:
                     trace.operator(node, flows[id(node)])
         root = flows[id(self.root)]
         items, egress = egress_epoch(
-            root, self.output_shape, payload_columns(root.events), self._egress, cache
+            root, self.output_shape, payload_columns(root.events), self._egress
         )
         if trace is not None:
             trace.end_epoch(root)

@@ -91,7 +91,7 @@ class Streamer:
             "ingress": self.rt._ingress,
             "ordering": getattr(self.rt, "_ordering", {}),
             "ops": {index[k]: v for k, v in self.rt._ops.items()},
-            "egress": self.rt._egress,
+            "egress": self.rt._egress.to_frame(self.rt.spark),
             "shape": self._shape(),
             "stream": {
                 "epoch": self.epoch,
@@ -122,7 +122,7 @@ class Streamer:
             rt._ingress = st["ingress"]
             rt._ordering = st["ordering"]
             rt._ops = {id(nodes[i]): v for i, v in st["ops"].items()}
-            rt._egress = st["egress"]
+            rt._egress = st["egress"].from_frame()
             s = st["stream"]
             self.epoch, self.next, self.done, self.floor = (
                 s["epoch"],
