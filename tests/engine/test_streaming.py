@@ -36,7 +36,9 @@ from engine import (
     AdvanceTimePolicy,
     AdvanceTimeSettings,
     EventKind,
+    EventOrderingSettings,
     EventShape,
+    OrderingAction,
     point,
 )
 from engine.errors import QueryBuildError
@@ -280,3 +282,55 @@ def test_a_checkpoint_of_another_query_shape_is_refused_with_a_fix(app, tmp_path
     )
     with pytest.raises(QueryBuildError, match=r"another shape.*new checkpoint directory"):
         other.start(trigger=None, checkpoint=tmp_path / "ck")
+
+
+def test_an_item_of_a_lagging_live_partition_is_taken_as_arriving_when_it_is_read(
+    app, kafka_broker
+):
+    """Epochs are contiguous in arrival order (docs/decisions.md, "Started queries"): once an
+    epoch has taken items stamped up to t, an item a partition delivers later with an older
+    broker timestamp is stamped t, the arrival floor. Read at rest in one epoch, the same records
+    keep their own stamps. The input takes arrival time as application time, so the output
+    shows each event's stamp."""
+    b = kafka_broker.bootstrap
+    ordering = EventOrderingSettings(
+        event_time=None,
+        late_arrival_tolerance=timedelta(0),
+        early_arrival_window=None,
+        action=OrderingAction.DROP,
+        flush_on_stop=True,
+    )
+
+    def query(topic: str, name: str):
+        config = KafkaInputConfig(bootstrap_servers=b, topic=topic, schema="id int")
+        stream = Stream.create(
+            "arrivals", KafkaInputFactory(), config, EventShape.POINT, ordering=ordering
+        )
+        out = MemoryOutputConfig(name=name)
+        return stream.to_query(app, name, MemoryOutputFactory(), out, EventShape.POINT)
+
+    def starts(name: str) -> dict[int, int]:
+        got = MemoryOutputFactory.collected(name)
+        return {e.payload["id"]: e.start for e in got if e.kind is EventKind.INSERT}
+
+    early, lagging = (0, {"id": 1}, T0_MS + 10_000, None), (1, {"id": 2}, T0_MS + 5_000, None)
+
+    live = kafka_broker.create_topic(partitions=2)
+    name = f"live-{_tag()}"
+    q = query(live, name)
+    q.start(trigger=None)
+    produce(b, live, [early])
+    q.step()  # takes partition 0's record, stamped T0 + 10 s
+    produce(b, live, [lagging])  # partition 1 delivers a record stamped T0 + 5 s
+    q.step()
+    q.stop()
+    assert starts(name) == {1: to_ticks(T0) + 10 * S, 2: to_ticks(T0) + 10 * S}
+
+    at_rest = kafka_broker.create_topic(partitions=2)
+    produce(b, at_rest, [early, lagging])
+    name = f"rest-{_tag()}"
+    q = query(at_rest, name)
+    q.start(trigger=None)
+    q.step()
+    q.stop()
+    assert starts(name) == {1: to_ticks(T0) + 10 * S, 2: to_ticks(T0) + 5 * S}
