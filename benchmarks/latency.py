@@ -7,9 +7,10 @@ enqueues ``--rate`` point events per second for ``--seconds`` (event time = enqu
 sequence number in the payload), and a started query (``Query.start(trigger=...)``) that reads
 the topic with a CTI after every event (delay 0, so an event is committed as soon as the next one
 arrives) and writes the events to an output topic. The producer starts once the query has run
-two (empty) epochs: the first ones start Spark's executors and Python workers. A consumer thread reads the output; an
-event's latency is the time it was read back minus the time it was enqueued. Prints p50, p90,
-p99 and max over the events enqueued after ``--warmup`` seconds, and the epochs' durations.
+two (empty) epochs: the first ones start Spark's executors and Python workers. A consumer thread
+reads the output; an event's latency is the time it was read back minus the time it was
+enqueued. Prints p50, p90, p99 and max over the events enqueued after ``--warmup`` seconds, and
+the durations of the epochs run while producing.
 """
 
 from __future__ import annotations

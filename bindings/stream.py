@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column
@@ -11,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from adapters.base import InputAdapterFactory, OutputAdapterFactory
+from engine.errors import QueryBuildError
 from engine.events import EventShape
 from engine.operators.window import WindowOutput
 from engine.plan import (
@@ -45,6 +49,188 @@ def _keys(on: str | Sequence[str], what: str) -> tuple[str, ...]:
     return keys
 
 
+# -- substreams (semantics §7, ``over=key``) ---------------------------------------------------
+@dataclass(frozen=True)
+class _Key:
+    """A stream's substream key: the payload column, and the inputs whose ``over=`` it is."""
+
+    column: str
+    inputs: tuple[str, ...]
+
+    def __str__(self) -> str:
+        which = "input" if len(self.inputs) == 1 else "inputs"
+        names = ", ".join(repr(n) for n in self.inputs)
+        return f"substream key {self.column!r} of {which} {names} (over={self.column!r})"
+
+    def with_inputs(self, *others: _Key | None) -> _Key:
+        names = [*self.inputs]
+        for other in others:
+            names += [n for n in (other.inputs if other else ()) if n not in names]
+        return _Key(self.column, tuple(names))
+
+
+#: How an operator's substream key follows from its inputs' keys; raises QueryBuildError when the
+#: operator would lose a key.
+_Rule = Callable[[tuple[_Key | None, ...]], _Key | None]
+
+
+def _lost(
+    call: str, op: str, key: _Key, expected: str, got: str, fix: str, whose: str = "the stream"
+) -> QueryBuildError:
+    return QueryBuildError(
+        f"{call} loses the {key}: expected {expected}; got {got}. Every key of a substream input "
+        "has its own timeline (watermark and CTIs); an operator that drops the key would merge "
+        f"them without saying so. Fix: {fix}, or call .merge_substreams() on {whose} before "
+        f"{op}() to merge the substreams into one timeline on purpose"
+    )
+
+
+def _keep(keys: tuple[_Key | None, ...]) -> _Key | None:
+    return keys[0]
+
+
+def _merged(keys: tuple[_Key | None, ...]) -> _Key | None:
+    return None
+
+
+def _select_rule(call: str, passed: frozenset[str], keys: tuple[_Key | None, ...]) -> _Key | None:
+    key = keys[0]
+    if key is None or key.column in passed or "*" in passed:
+        return key
+    col = key.column
+    raise _lost(
+        call,
+        "select",
+        key,
+        f"the key column passed through under its own name ({col!r} or F.col({col!r}))",
+        f"no column that passes {col!r} through (passed through as is: {sorted(passed)})",
+        f"add {col!r} to the select",
+    )
+
+
+def _join_rule(
+    call: str, op: str, on: tuple[str, ...], keys: tuple[_Key | None, ...]
+) -> _Key | None:
+    left, right = keys
+    for side, key in (("left", left), ("right", right)):
+        if key is not None and key.column not in on:
+            raise _lost(
+                call,
+                op,
+                key,
+                f"the {side} side's key {key.column!r} among the {op} keys",
+                f"on={list(on)}",
+                f"{op} on={[*on, key.column]}",
+                f"the {side} stream",
+            )
+    if left is not None and right is not None:
+        if left.column != right.column:
+            raise QueryBuildError(
+                f"{call}: the left stream has the {left} and the right stream the {right}; "
+                "expected one substream key for both sides (or a key on one side only, e.g. a "
+                f"reference stream); got two. Fix: call .merge_substreams() on one side before "
+                f"{op}()"
+            )
+        return left.with_inputs(right)
+    return left or right
+
+
+def _union_rule(call: str, keys: tuple[_Key | None, ...]) -> _Key | None:
+    keyed = [k for k in keys if k is not None]
+    if not keyed:
+        return None
+    first = keyed[0]
+    shown = [None if k is None else k.column for k in keys]
+    if len({k.column for k in keyed}) > 1:
+        raise QueryBuildError(
+            f"{call}: its inputs have different substream keys (by input: {shown}); expected one "
+            "key for every input (or none). Fix: call .merge_substreams() on the keyed inputs "
+            "before union()"
+        )
+    if len(keyed) < len(keys):
+        raise _lost(
+            call,
+            "union",
+            first,
+            f"every input split by {first.column!r} (or none)",
+            f"inputs without a key (keys by input: {shown})",
+            f"split every input by {first.column!r} (EventOrderingSettings(over=...))",
+            "each keyed input",
+        )
+    return first.with_inputs(*keyed[1:])
+
+
+def _group_rule(
+    call: str, op: str, group: tuple[str, ...], keys: tuple[_Key | None, ...]
+) -> _Key | None:
+    key = keys[0]
+    if key is None or key.column in group:
+        return key
+    listed = ", ".join(repr(k) for k in group)
+    raise _lost(
+        call,
+        op,
+        key,
+        f"{key.column!r} among the group_by keys (one result per key, on the key's timeline)",
+        f"group_by({listed})" if group else "no group_by (one result over all keys)",
+        f".group_by({', '.join(repr(k) for k in (*group, key.column))})",
+    )
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|`[^`]+`")
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1] if len(name) > 1 and name[0] == name[-1] == "`" else name
+
+
+def _passed_through(column: Column | str) -> str | None:
+    """The payload column a ``select`` column passes through unchanged and under its own name
+    (``"*"``: all of them), or None for a rename, a computed value or a nested field.
+
+    Reads the Column's unresolved expression only: no Spark work. What it does not recognise (a
+    Spark Connect Column, say) counts as an expression, so a kept key may be reported lost, never
+    a lost one kept.
+    """
+    if isinstance(column, str):  # DataFrame.select takes a string as a column name
+        if column == "*" or (column.startswith("`") and column.endswith("`")):
+            return _unquote(column)
+        return None if "." in column else column
+    try:
+        node = column._jc.node()  # type: ignore[attr-defined]
+        if node.getClass().getSimpleName() == "Alias":
+            names = node.name()
+            inner = _node_name(node.child())
+            if names.length() == 1 and inner not in (None, "*") and inner == names.apply(0):
+                return inner
+            return None
+        return _node_name(node)
+    except Exception:  # not a classic Column, or Spark's internals moved: an expression
+        return None
+
+
+def _node_name(node: Any) -> str | None:
+    kind = node.getClass().getSimpleName()
+    if kind == "UnresolvedAttribute":
+        parts = node.nameParts()
+        return str(parts.apply(0)) if parts.length() == 1 else None
+    if kind == "UnresolvedStar":
+        return "*" if node.unparsedTarget().isEmpty() else None
+    if kind == "SqlExpression":  # F.expr("k")
+        text = str(node.expression()).strip()
+        return _unquote(text) if _IDENTIFIER.fullmatch(text) else None
+    return None
+
+
+def _show(value: Any) -> str:
+    return str(value) if isinstance(value, Column) else repr(value)
+
+
+def _call(name: str, *args: Any, **kwargs: Any) -> str:
+    shown = [*(_show(a) for a in args), *(f"{k}={_show(v)}" for k, v in kwargs.items())]
+    return f"{name}({', '.join(shown)})"
+
+
 if TYPE_CHECKING:
     from bindings.application import Application
     from bindings.query import Query
@@ -57,14 +243,54 @@ class Stream:
 
     Build it with :meth:`create`, transform it with the operator methods, and bind it to an
     output with :meth:`to_query`. Building does no Spark work.
+
+    A stream knows its :attr:`substream_key` (semantics §7): an input split into substreams with
+    ``EventOrderingSettings(over="k")`` has the key ``"k"``, operators that keep the column keep
+    it, and an operator that would lose it raises :class:`~engine.errors.QueryBuildError` when
+    it is called, unless :meth:`merge_substreams` came first.
     """
 
-    def __init__(self, node: Node) -> None:
+    def __init__(
+        self, node: Node, *, _sources: tuple[Stream, ...] = (), _rule: _Rule | None = None
+    ) -> None:
         self._node = node
+        self._sources = _sources
+        self._rule = _rule
+        # Worked out now, from the sources' keys, so an operator that loses the key fails
+        # where the user calls it.
+        self._key = self._derive({}, {id(s): s._key for s in _sources})
 
     @property
     def node(self) -> Node:
         return self._node
+
+    @property
+    def substream_key(self) -> str | None:
+        """The payload column this stream is split into substreams by (``over=`` of its
+        inputs, kept through its operators), or None: one timeline. Inputs of a template
+        (:meth:`input`) have none until bound; the binding is checked when the query is made."""
+        return None if self._key is None else self._key.column
+
+    def _derive(self, bound_over: Mapping[str, str], memo: dict[int, _Key | None]) -> _Key | None:
+        """This stream's key when the template inputs named in ``bound_over`` are split by those
+        columns (the other inputs as built); raises QueryBuildError where the key is lost."""
+        if id(self) in memo:
+            return memo[id(self)]
+        key = None
+        node = self._node
+        if self._rule is not None:
+            key = self._rule(tuple(s._derive(bound_over, memo) for s in self._sources))
+        elif isinstance(node, InputNode):
+            if node.bound:
+                column = node.ordering.over if node.ordering is not None else None
+            else:
+                column = bound_over.get(node.name)
+            key = None if column is None else _Key(column, (node.name,))
+        memo[id(self)] = key
+        return key
+
+    def _then(self, node: Node, rule: _Rule, *others: Stream) -> Stream:
+        return Stream(node, _sources=(self, *others), _rule=rule)
 
     @classmethod
     def create(
@@ -138,41 +364,60 @@ class Stream:
     def where(self, condition: Column | str) -> Stream:
         """Keep events whose payload satisfies ``condition`` (a Column or SQL expression)."""
         cond = F.expr(condition) if isinstance(condition, str) else condition
-        return Stream(WhereNode(self._node, cond))
+        return self._then(WhereNode(self._node, cond), _keep)
 
     def select(self, *columns: Column | str) -> Stream:
-        """Project the payload to ``columns`` (names or Columns, aliased as you like)."""
+        """Project the payload to ``columns`` (names or Columns, aliased as you like).
+
+        Keeps the substream key when its column passes through under its own name (``"k"``,
+        ``F.col("k")``, ``"*"``); a rename or an expression loses it."""
         if not columns:
             raise ValueError("select() needs at least one column")
-        return Stream(SelectNode(self._node, tuple(columns)))
+        passed = frozenset(n for n in map(_passed_through, columns) if n is not None)
+        rule = partial(_select_rule, _call("select", *columns), passed)
+        return self._then(SelectNode(self._node, tuple(columns)), rule)
 
     def join(self, other: Stream, on: str | Sequence[str]) -> Stream:
         """Pairs of events with equal ``on`` columns whose lifetimes overlap; lifetime = the
         intersection; payload = this stream's columns, then ``other``'s (a clashing name gets a
-        ``right_`` prefix). CTI = the older of both sides' latest CTIs."""
-        return Stream(JoinNode(self._node, other.node, _keys(on, "join")))
+        ``right_`` prefix). CTI = the older of both sides' latest CTIs.
+
+        A substream key of either side must be in ``on`` (both sides' the same column); the
+        result keeps it. A keyed stream joined with an un-keyed one (a reference stream) on the
+        key stays keyed."""
+        keys = _keys(on, "join")
+        rule = partial(_join_rule, _call("join", on=list(keys)), "join", keys)
+        return self._then(JoinNode(self._node, other.node, keys), rule, other)
 
     def anti_join(self, other: Stream, on: str | Sequence[str]) -> Stream:
         """The parts of this stream's lifetimes that no event of ``other`` with equal ``on``
         columns covers (nulls never match); payload = this stream's columns. CTI = the older of
         both sides' latest CTIs. A part leaves once the other side's CTI has passed it, as a
-        START edge first when its end is not yet known."""
-        return Stream(AntiJoinNode(self._node, other.node, _keys(on, "anti_join")))
+        START edge first when its end is not yet known. Substream keys as for :meth:`join`."""
+        keys = _keys(on, "anti_join")
+        rule = partial(_join_rule, _call("anti_join", on=list(keys)), "anti_join", keys)
+        return self._then(AntiJoinNode(self._node, other.node, keys), rule, other)
 
     def union(self, *others: Stream) -> Stream:
-        """All events of this stream and ``others``; CTI = the older of their latest CTIs."""
+        """All events of this stream and ``others``; CTI = the older of their latest CTIs.
+
+        Every input must have the same substream key, or none: merge the keyed ones
+        (:meth:`merge_substreams`) to union them with un-keyed streams."""
         if not others:
             raise ValueError("union() needs at least one other stream")
-        return Stream(UnionNode((self._node, *(o.node for o in others))))
+        rule = partial(_union_rule, f"union() of {len(others) + 1} streams")
+        return self._then(UnionNode((self._node, *(o.node for o in others))), rule, *others)
 
     def shift_event_time(self, delta: timedelta | int) -> Stream:
         """Move every event by ``delta`` (``[start + d, end + d)``); CTIs move by ``delta`` too."""
-        return Stream(LifetimeNode(self._node, shift=to_duration_ticks(delta, what="delta")))
+        return self._then(
+            LifetimeNode(self._node, shift=to_duration_ticks(delta, what="delta")), _keep
+        )
 
     def alter_event_duration(self, duration: timedelta | int) -> Stream:
         """Give every event the lifetime ``[start, start + duration)``; CTIs are unchanged.
         START edges become intervals at once."""
-        return Stream(LifetimeNode(self._node, duration=_positive(duration, "duration")))
+        return self._then(LifetimeNode(self._node, duration=_positive(duration, "duration")), _keep)
 
     def alter_event_lifetime(
         self, start_fn: Callable[[Column], Column], duration: timedelta | int
@@ -188,20 +433,22 @@ class Stream:
                 f"start_fn must map a Column of ticks to a Column; got {start_fn!r}. Fix: pass "
                 "e.g. lambda s: s - s % 60_000_000"
             )
-        return Stream(
-            LifetimeNode(self._node, start_fn=start_fn, duration=_positive(duration, "duration"))
+        return self._then(
+            LifetimeNode(self._node, start_fn=start_fn, duration=_positive(duration, "duration")),
+            _keep,
         )
 
     def to_point(self) -> Stream:
         """Every event becomes a point at its start; CTIs are unchanged."""
-        return Stream(LifetimeNode(self._node, duration=1))
+        return self._then(LifetimeNode(self._node, duration=1), _keep)
 
     def tumbling_window(
         self, size: timedelta | int, *, output: WindowOutput = WindowOutput.WINDOW
     ) -> WindowedStream:
         """Windows ``[k * size, (k + 1) * size)``; follow with ``group_by`` and ``aggregate``."""
         ticks = _positive(size, "size")
-        return WindowedStream(self._node, ticks, ticks, WindowOutput(output))
+        call = _call("tumbling_window", size)
+        return WindowedStream(self, ticks, ticks, WindowOutput(output), call=call)
 
     def hopping_window(
         self,
@@ -212,13 +459,25 @@ class Stream:
     ) -> WindowedStream:
         """Windows ``[k * hop, k * hop + size)``; an event counts in every window it overlaps."""
         return WindowedStream(
-            self._node, _positive(size, "size"), _positive(hop, "hop"), WindowOutput(output)
+            self,
+            _positive(size, "size"),
+            _positive(hop, "hop"),
+            WindowOutput(output),
+            call=_call("hopping_window", size, hop),
         )
 
     def snapshot_window(self) -> WindowedStream:
         """Snapshots: the spans between consecutive event endpoints; follow with ``group_by``
         and ``aggregate``. Output CTI: the start of the snapshot that contains the input CTI."""
-        return WindowedStream(self._node, 0, 0, WindowOutput.WINDOW)
+        return WindowedStream(self, 0, 0, WindowOutput.WINDOW, call="snapshot_window()")
+
+    def merge_substreams(self) -> Stream:
+        """This stream with its substreams merged into one timeline: no :attr:`substream_key`,
+        so operators that drop the key column may follow. The same plan: the engine does not
+        carry per-key CTIs through operators yet, and an input split by ``over=`` already has one
+        CTI valid for every key (decisions.md), which is this merge. On a stream without a key
+        it changes nothing."""
+        return self._then(self._node, _merged)
 
     def to_query(
         self,
@@ -237,15 +496,32 @@ class WindowedStream:
     ``.aggregate(...)`` over all events of each window."""
 
     def __init__(
-        self, node: Node, size: int, hop: int, output: WindowOutput, keys: tuple[str, ...] = ()
+        self,
+        source: Stream,
+        size: int,
+        hop: int,
+        output: WindowOutput,
+        keys: tuple[str, ...] = (),
+        *,
+        call: str = "window()",
     ) -> None:
-        self._node, self._size, self._hop, self._output, self._keys = node, size, hop, output, keys
+        self._source, self._size, self._hop, self._output, self._keys = (
+            source,
+            size,
+            hop,
+            output,
+            keys,
+        )
+        self._call = call
 
     def group_by(self, *keys: str) -> WindowedStream:
-        """Group each window's events by these payload columns: one result per group."""
+        """Group each window's events by these payload columns: one result per group. A
+        substream key must be among them (or merge the substreams first)."""
         if not keys or not all(isinstance(k, str) and k for k in keys):
             raise ValueError(f"group_by() takes payload column names; got {keys!r}")
-        return WindowedStream(self._node, self._size, self._hop, self._output, keys)
+        return WindowedStream(
+            self._source, self._size, self._hop, self._output, keys, call=self._call
+        )
 
     def aggregate(self, **aggregates: Column) -> Stream:
         """One event per non-empty window (and group): the group keys and these named aggregate
@@ -258,15 +534,23 @@ class WindowedStream:
                     f"aggregate {name!r} must be a PySpark aggregate Column; got {col!r}. "
                     "Fix: e.g. F.sum('v'), or a pandas_udf of type GROUPED_AGG"
                 )
+        grouped = f".group_by({', '.join(repr(k) for k in self._keys)})" if self._keys else ""
+        call = f"{self._call}{grouped}.aggregate({', '.join(aggregates)})"
+        op = self._call.split("(", 1)[0]
+        rule = partial(_group_rule, call, op, self._keys)
+        node = self._source.node
         if self._size == 0:  # a snapshot window
-            return Stream(SnapshotNode(self._node, self._keys, tuple(aggregates.items())))
-        return Stream(
+            return self._source._then(
+                SnapshotNode(node, self._keys, tuple(aggregates.items())), rule
+            )
+        return self._source._then(
             WindowNode(
-                self._node,
+                node,
                 self._size,
                 self._hop,
                 self._keys,
                 tuple(aggregates.items()),
                 self._output is WindowOutput.POINT_AT_END,
-            )
+            ),
+            rule,
         )

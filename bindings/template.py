@@ -22,6 +22,11 @@ wrong, where, what was expected, what was given and how to fix it. Argument *typ
 class instead of an instance, a shape that is not an ``EventShape``) fail at once, as in
 :meth:`Stream.create`. The binding order of a template's inputs (semantics §4: it breaks ties in
 arrival order) is the order of the ``bind_producer`` calls.
+
+A template input has no substream key (semantics §7) until it is bound: an input bound with
+``ordering=EventOrderingSettings(over="k")`` makes the template be checked again with that key,
+and an operator of the template that loses it (see :class:`~bindings.Stream`) is one of the
+binding problems. A ``merge_substreams()`` written in the template counts.
 """
 
 from __future__ import annotations
@@ -234,6 +239,26 @@ class QueryBinder:
                     f"{imp.stream_name!r}, which is not an input of template {t.name!r}; "
                     f"expected one of {sorted([*unbound, *fixed])}. Fix: import from one of "
                     "those, or add the stream to the template"
+                )
+        # Substreams (semantics §7): a template input has no key until bound, so an operator of
+        # the template that loses a key given here is found now, as at Stream build for inputs
+        # bound with Stream.create.
+        split = {
+            name: node.ordering.over
+            for name, node in bindings.items()
+            if node.ordering is not None and node.ordering.over is not None
+        }
+        if split:
+            try:
+                t.stream._derive(split, {})
+            except QueryBuildError as lost:
+                calls = ", ".join(
+                    f"bind_producer({n!r}, ..., ordering=EventOrderingSettings(over={k!r}))"
+                    for n, k in split.items()
+                )
+                problems.append(
+                    f"{calls}: in template {t.name!r}, {lost}; or bind without over= (one "
+                    "timeline for the input)"
                 )
         consumer = None
         if not self._consumers:
