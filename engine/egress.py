@@ -38,13 +38,13 @@ __all__ = ["EgressState", "egress_epoch"]
 _REL = "__rel_t"  # the item is released by the first CTI strictly above this time
 _AFTER = "__after"  # and (INTERVAL consumer, edges) only by a CTI positioned after this
 _TYP = "__typ"  # 0: a CTI, 1: a release item, 2: an empty END edge cancelling its opener
-_HEAD = (START, END, EDGE, _REL, _AFTER)
 
 
 @dataclass
 class EgressState:
-    """Items waiting for a CTI (rows of ``_HEAD`` then the payload, on the driver), the schema
-    they were collected with (JSON, for checkpoints), and the last CTI delivered."""
+    """Items waiting for a CTI, on the driver (start, end, edge, release time, END edge's
+    position, then the payload), the schema they were collected with (JSON, for checkpoints),
+    and the last CTI delivered."""
 
     pending: list[tuple] = field(default_factory=list)
     last_cti: int = MIN_TIME
