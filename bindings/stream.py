@@ -22,6 +22,7 @@ from engine.plan import (
     InputNode,
     JoinNode,
     LifetimeNode,
+    MergeNode,
     Node,
     SelectNode,
     SnapshotNode,
@@ -472,12 +473,10 @@ class Stream:
         return WindowedStream(self, 0, 0, WindowOutput.WINDOW, call="snapshot_window()")
 
     def merge_substreams(self) -> Stream:
-        """This stream with its substreams merged into one timeline: no :attr:`substream_key`,
-        so operators that drop the key column may follow. The same plan: the engine does not
-        carry per-key CTIs through operators yet, and an input split by ``over=`` already has one
-        CTI valid for every key (decisions.md), which is this merge. On a stream without a key
-        it changes nothing."""
-        return self._then(self._node, _merged)
+        """This stream with its substreams merged into one timeline: no :attr:`substream_key`
+        and only the CTIs valid for every key (its keyed CTIs are dropped), so operators that
+        drop the key column may follow. On a stream without a key it changes nothing."""
+        return self._then(MergeNode(self._node), _merged)
 
     def to_query(
         self,

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from engine.events import EdgeType, Event, EventKind, EventShape
-from engine.rows import CTI, EDGE, END, POS, START, Flow
+from engine.rows import CTI, EDGE, END, KEY, POS, START, Flow
 from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["EgressState", "egress_epoch"]
@@ -133,46 +133,84 @@ def _segment_key(it: tuple) -> tuple:
 def egress_epoch(
     flow: Flow, shape: EventShape, payload: list[str], state: EgressState
 ) -> tuple[list[Event], EgressState]:
-    """Release what this epoch's CTIs commit. Returns the items to deliver, in order."""
+    """Release what this epoch's CTIs commit. Returns the items to deliver, in order.
+
+    With substreams (``flow.keyed``), a keyed CTI releases the items of its key like a CTI does,
+    without a CTI item: output adapters get the stream's CTIs only."""
     items = _items(flow, shape, payload)
-    ctis = flow.ctis.select(F.col(CTI).alias(_REL), F.col(POS).alias(_AFTER), F.lit(0).alias(_TYP))
-    collected = items.unionByName(ctis, allowMissingColumns=True)
+    marks = flow.ctis.select(F.col(CTI).alias(_REL), F.col(POS).alias(_AFTER), F.lit(0).alias(_TYP))
+    key = flow.key if flow.keyed is not None and flow.key in payload else None
+    if key is not None:
+        marks = marks.unionByName(
+            flow.keyed.select(
+                F.col(CTI).alias(_REL),
+                F.col(POS).alias(_AFTER),
+                F.lit(3).alias(_TYP),
+                F.col(KEY).alias(key),
+            ),
+            allowMissingColumns=True,
+        )
+    collected = items.unionByName(marks, allowMissingColumns=True)
     schema = items.drop(_TYP).schema
     rows = collected.collect()
 
+    # Release points in position order: the CTIs and (after a CTI at the same position) the
+    # keyed CTIs, each with the positions and values of its timeline for the binary searches.
     cuts = sorted((tuple(r[_AFTER]), r[_REL]) for r in rows if r[_TYP] == 0)
-    positions = [p for p, _ in cuts]
-    values = [c for _, c in cuts]
+    timelines: dict[Any, tuple[list, list]] = {None: ([p for p, _ in cuts], [c for _, c in cuts])}
+    points = [(p, 0, (), c, None) for p, c in cuts]
+    if key is not None:
+        keyed = sorted(
+            (tuple(r[_AFTER]), _order(r[key]), r[_REL], r[key]) for r in rows if r[_TYP] == 3
+        )
+        for p, order, c, k in keyed:
+            line = timelines.setdefault(("k", k), ([], []))
+            line[0].append(p)
+            line[1].append(c)
+            points.append((p, 1, order, c, k))
+    points.sort(key=lambda x: x[:3])
+    index = {(x[1], x[4], x[0]): i for i, x in enumerate(points)}
     fresh = [tuple(r)[:-1] for r in rows if r[_TYP] == 1]
     pending = state.pending + fresh
     cancels = Counter((r[START], tuple(r)[5:-1]) for r in rows if r[_TYP] == 2)
     if cancels:
         pending = _cancel(pending, cancels)
 
-    segments: list[list[tuple]] = [[] for _ in cuts]
+    k_at = 5 + payload.index(key) if key is not None else None
+    segments: list[list[tuple]] = [[] for _ in points]
     waiting = []
     for it in pending:
         # the first CTI above its release time, and (INTERVAL consumer, edges) positioned after
-        # its END edge (a CTI at the END edge's own position comes after it)
-        k = bisect_right(values, it[3])
-        if it[4] is not None:
-            k = max(k, bisect_left(positions, tuple(it[4])))
-        if k < len(cuts):
-            segments[k].append(it)
+        # its END edge (a CTI at the END edge's own position comes after it); with substreams
+        # the earlier of that and the first such keyed CTI of its key
+        found = []
+        lines = [(0, None)]
+        if k_at is not None and it[k_at] is not None:
+            lines.append((1, it[k_at]))
+        for typ, k in lines:
+            positions, values = timelines.get(None if typ == 0 else ("k", k), ([], []))
+            j = bisect_right(values, it[3])
+            if it[4] is not None:
+                j = max(j, bisect_left(positions, tuple(it[4])))
+            if j < len(positions):
+                found.append(index[(typ, k, positions[j])])
+        if found:
+            segments[min(found)].append(it)
         else:
             waiting.append(it)
 
     delivered: list[Event] = []
     last = state.last_cti
-    for (_, c), segment in zip(cuts, segments, strict=True):
+    for (_, typ, _, c, _), segment in zip(points, segments, strict=True):
         for it in sorted(segment, key=_segment_key):
             start, end, edge = it[0], it[1], it[2]
             values_ = {k: _py(v) for k, v in zip(payload, it[5:], strict=True)}
             delivered.append(
                 Event(EventKind.INSERT, start, end, values_, EdgeType(edge) if edge else None)
             )
-        last = c
-        delivered.append(Event(EventKind.CTI, c, c))
+        if typ == 0:
+            last = c
+            delivered.append(Event(EventKind.CTI, c, c))
     return delivered, EgressState(waiting, last, schema.json())
 
 

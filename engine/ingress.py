@@ -33,11 +33,13 @@ from engine.rows import (
     CTI,
     EDGE,
     END,
+    KEY,
     KIND,
     POS,
     START,
     EpochCache,
     Flow,
+    keyed_rises,
     min_of_latest,
     pos_literal,
     saturating_sub,
@@ -100,6 +102,10 @@ class IngressState:
     emitted: int = MIN_TIME
     open_edges: DataFrame | None = None
     counts: Counter = field(default_factory=Counter)
+    #: substreams (``over``): per (key, partition) the largest watermark (inputs with several
+    #: partitions), and per key the largest keyed CTI candidate (:func:`engine.rows.keyed_rises`)
+    key_watermarks: DataFrame | None = None
+    key_seen: DataFrame | None = None
 
 
 class _StopEpoch(Exception):
@@ -260,7 +266,53 @@ def ingress_epoch(
     new_state.emitted = max(state.emitted, min(s.cti for s in new_state.partitions))
     if trace is not None:  # engine.trace.Trace: opt-in, records the epoch for the timeline
         trace.ingress(spec, a, events, ctis)
-    return Flow(events, ctis, spec.edges), new_state
+    over = spec.ordering.over if spec.ordering is not None else None
+    if over is None:
+        return Flow(events, ctis, spec.edges), new_state
+    candidates = cache.keep(_key_candidates(a, change, spec, state, new_state))
+    keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
+    new_state.key_seen = seen.localCheckpoint()
+    return Flow(events, ctis, spec.edges, cache.keep(keyed), over), new_state
+
+
+def _key_candidates(
+    a: DataFrame, change: DataFrame, spec: InputSpec, state: IngressState, new: IngressState
+) -> DataFrame:
+    """Substreams: a CTI candidate for key ``k`` at each ``KWM`` row (an event of ``k`` raised
+    its watermark ``wm(p, k)`` in partition ``p``): the minimum over the input's partitions ``q``
+    of ``max(cti_q, wm(q, k))``, with ``cti_q`` partition q's CTI at that position and
+    ``wm(q, k)`` -inf where q has not seen ``k``. Every later event of ``k`` in ``q`` starts at or
+    above both (§7 moves or drops the ones below the watermark, §3 those below the CTI)."""
+    over = spec.ordering.over
+    marks = a.filter(F.col(KIND) == "KWM")
+    n = len(spec.partitions)
+    if n == 1:
+        return marks.select(
+            POS, F.col(over).alias(KEY), F.greatest(F.col("__ca"), F.col(START)).alias(CTI)
+        )
+    marks = marks.select(_P, POS, F.col(over).alias(KEY), F.col(START).alias("__w"))
+    rows = change.select(_P, POS, F.col(CTI).alias("__cq"), F.lit(0).alias("__typ"))
+    rows = rows.unionByName(marks.withColumn("__typ", F.lit(1)), allowMissingColumns=True)
+    running = Window.orderBy(POS, "__typ").rowsBetween(Window.unboundedPreceding, 0)
+    for q, part in enumerate(state.partitions):
+        latest = F.last(F.when(F.col(_P) == q, F.col("__cq")), ignorenulls=True).over(running)
+        rows = rows.withColumn(f"__c{q}", F.coalesce(latest, F.lit(part.cti)))
+    rows = rows.filter(F.col("__typ") == 1)
+    if state.key_watermarks is not None:
+        carried = state.key_watermarks.groupBy(KEY).pivot(_P, list(range(n))).agg(F.max("__w"))
+        rows = rows.join(carried.toDF(KEY, *[f"__s{q}" for q in range(n)]), KEY, "left")
+    by_key = Window.partitionBy(KEY).orderBy(POS).rowsBetween(Window.unboundedPreceding, 0)
+    per_part = []
+    for q in range(n):
+        wm = F.last(F.when(F.col(_P) == q, F.col("__w")), ignorenulls=True).over(by_key)
+        if state.key_watermarks is not None:
+            wm = F.greatest(wm, F.col(f"__s{q}"))
+        per_part.append(F.greatest(F.col(f"__c{q}"), wm))
+    seen = marks.select(KEY, _P, "__w")
+    if state.key_watermarks is not None:
+        seen = state.key_watermarks.unionByName(seen)
+    new.key_watermarks = seen.groupBy(KEY, _P).agg(F.max("__w").alias("__w")).localCheckpoint()
+    return rows.select(POS, KEY, F.least(*per_part).alias(CTI))
 
 
 def _per_partition(values: list[int | None]) -> F.Column:

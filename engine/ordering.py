@@ -10,7 +10,9 @@ epoch's raw rows (:data:`engine.source.RAW_HEADER`, the payload, ``__pos``) to
 * a ``WM`` row (a generated CTI of the event's source partition, value in ``__start``) sits right
   after each event that raises the partition's CTI candidate: position of the event, sub-position
   1. Ingress takes it like a generation candidate: it raises the partition's effective CTI, and
-  the input's CTI is the minimum over partitions as ever (§3.5).
+  the input's CTI is the minimum over partitions as ever (§3.5);
+* with ``over``, a ``KWM`` row (sub-position 2) after each event that raises its substream's
+  watermark (value in ``__start``), from which ingress makes the key's CTI.
 
 Per event, in arrival order, per source partition (and per key with ``over``), window functions
 compute what §7 says item by item:
@@ -31,6 +33,7 @@ DataFrame, joined into the next epoch as a first row per key). No Python runs pe
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -263,12 +266,15 @@ def order_epoch(
     state: OrderingState,
     cache: EpochCache,
     trace: list | None = None,
+    decided: Callable[[DataFrame], None] | None = None,
 ) -> tuple[DataFrame, OrderingState]:
     """Apply §7 to one epoch of an input's raw rows; return rows for §3 and the new state.
 
     ``trace``: if a list, every event's decision is appended to it, in arrival order, as a dict
     (``pos``, ``partition``, ``key``, ``event_time``, ``arrival``, ``action``, ``start``,
     ``watermark``, ``cti``): one more Spark job, for tests and debugging.
+    ``decided``: called with the same decisions as a lazy DataFrame (:func:`_decisions`; no
+    Spark job), for a traced run's timeline (:meth:`engine.trace.Trace.ordering`).
     """
     c = F.col
     over = ordering.over
@@ -291,6 +297,25 @@ def order_epoch(
         after.alias(POS),
     )
     rows = raw.filter(c(KIND) != "INSERT").unionByName(kept).unionByName(marks, True)
+    if over is not None:
+        # A KWM row after each event that raises its substream's watermark (sub-position 2, after
+        # the partition's WM row): ingress makes the key's CTI from it (engine.ingress).
+        rose = c("__ma").isNotNull() & (c("__mb").isNull() | (c("__ma") > c("__mb")))
+        after_wm = F.struct(
+            *[c(f"{POS}.{n}").alias(n) for n in ("arr", "inp", "off", "part")],
+            F.lit(2).cast("int").alias("sub"),
+        )
+        key_marks = events.filter(rose & c(over).isNotNull()).select(
+            F.lit("KWM").alias(KIND),
+            c("__w").alias(START),
+            "__arr",
+            "__inp",
+            "__off",
+            _P,
+            after_wm.alias(POS),
+            over,
+        )
+        rows = rows.unionByName(key_marks, True)
 
     per_part = events.groupBy(_P).agg(
         F.max("__seen").alias("m"),
@@ -315,37 +340,34 @@ def order_epoch(
             .agg(F.max("__seen").alias("__m"), *[F.sum(col).alias(col) for col in _KEY_COUNTS])
             .localCheckpoint()
         )
+    if decided is not None:
+        decided(_decisions(events, over))
     if trace is not None:
-        key = c(over) if over is not None else F.lit(None)
-        for r in (
-            events.select(
-                POS,
-                _P,
-                key.alias("key"),
-                "__t",
-                "__arr",
-                "__action",
-                "__as",
-                "__w",
-                "__wm",
-            )
-            .orderBy(POS)
-            .collect()
-        ):
-            trace.append(
-                {
-                    "pos": tuple(r[POS]),
-                    "partition": r[_P],
-                    "key": r["key"],
-                    "event_time": r["__t"],
-                    "arrival": r["__arr"],
-                    "action": r["__action"],
-                    "start": r["__as"],
-                    "watermark": r["__w"],
-                    "cti": r["__wm"],
-                }
-            )
+        for r in _decisions(events, over).orderBy(POS).collect():
+            d = r.asDict()
+            trace.append({"pos": tuple(d.pop(POS)), **d})
     return rows, new
+
+
+def _decisions(events: DataFrame, over: str | None) -> DataFrame:
+    """What §7 decided for each event of the epoch (lazy): ``__pos``, ``partition``, ``key``
+    (the ``over`` value, or null), ``event_time`` (null when the event has none), ``arrival``,
+    ``action`` (``ok``, ``drop:<reason>``, ``adjust:<reason>[,<reason>]``), ``start`` (the
+    application time it leaves with; null when dropped), ``watermark`` (its substream's, after
+    it) and ``cti`` (the CTI candidate right after it, or null)."""
+    c = F.col
+    key = c(over) if over is not None else F.lit(None)
+    return events.select(
+        POS,
+        c(_P).alias("partition"),
+        key.alias("key"),
+        c("__t").alias("event_time"),
+        c("__arr").alias("arrival"),
+        c("__action").alias("action"),
+        c("__as").alias("start"),
+        c("__w").alias("watermark"),
+        c("__wm").alias("cti"),
+    )
 
 
 def watermark_delay(cti: int, now: datetime | None = None) -> timedelta | None:

@@ -17,6 +17,7 @@ __all__ = [
     "InputNode",
     "JoinNode",
     "LifetimeNode",
+    "MergeNode",
     "Node",
     "SelectNode",
     "SnapshotNode",
@@ -68,6 +69,16 @@ class InputNode(Node):
 class WhereNode(Node):
     child: Node
     condition: Column
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
+
+
+@dataclass(eq=False)
+class MergeNode(Node):
+    """The substreams of ``child`` merged into one timeline: its keyed CTIs are dropped."""
+
+    child: Node
 
     def children(self) -> Sequence[Node]:
         return (self.child,)

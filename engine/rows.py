@@ -26,12 +26,16 @@ __all__ = [
     "EDGE",
     "END",
     "HEADER",
+    "KEY",
     "KIND",
     "POS",
     "POS_TYPE",
     "START",
     "EpochCache",
     "Flow",
+    "keyed_inputs",
+    "keyed_min_of_latest",
+    "keyed_rises",
     "min_of_latest",
     "payload_columns",
     "pos_literal",
@@ -39,6 +43,7 @@ __all__ = [
 ]
 
 KIND, EDGE, START, END, POS, CTI = "__kind", "__edge", "__start", "__end", "__pos", "__c"
+KEY = "__kk"  # a keyed CTI's substream key value
 HEADER = (KIND, EDGE, START, END, POS)
 
 #: (arrival, input binding index, offset, partition index, sub-position)
@@ -72,11 +77,22 @@ class EpochCache:
 @dataclass(frozen=True)
 class Flow:
     """One operator's output for one epoch: its events and its CTIs. ``edges``: whether the
-    events can hold edges (False lets operators skip matching END edges)."""
+    events can hold edges (False lets operators skip matching END edges).
+
+    ``keyed``: the keyed CTIs of a stream with substreams (``__pos``, ``__kk`` the key value,
+    ``__c``): "no more events whose ``key`` column equals ``__kk`` start before ``__c``", or None.
+    A key's CTI is the larger of the stream's latest CTI and its latest keyed one; a keyed CTI at
+    the same position as a CTI comes after it (docs/decisions.md, "Per-key CTIs")."""
 
     events: DataFrame
     ctis: DataFrame
     edges: bool = True
+    keyed: DataFrame | None = None
+    key: str | None = None
+
+    def merged(self) -> Flow:
+        """The same stream with its substreams merged: its CTIs only."""
+        return Flow(self.events, self.ctis, self.edges)
 
 
 def payload_columns(df: DataFrame) -> list[str]:
@@ -133,3 +149,120 @@ def min_of_latest(rows: DataFrame, group: str, initial: list[int], emitted: int)
         .filter(F.col("__m") > F.col("__prev"))
         .select(POS, F.col("__m").alias(CTI))
     )
+
+
+def keyed_rises(
+    candidates: DataFrame, ctis: DataFrame, emitted: int, seen: DataFrame | None
+) -> tuple[DataFrame, DataFrame]:
+    """The keyed CTIs a stream emits from its candidates of one epoch.
+
+    ``candidates`` (``__pos``, ``__kk``, ``__c``) rise or stay per key in position order. One is
+    emitted when it is above the stream's CTI at its position (``ctis`` of the epoch, one at the
+    same position counting as before it; ``emitted`` the CTI before the epoch) and above every
+    earlier candidate of its key (``seen``: per key, the largest of earlier epochs). The earlier
+    candidates stand in for the earlier emitted keyed CTIs: a candidate above the last emitted
+    one but not emitted was below the stream's CTI, which only rises. Returns the rows and the
+    new ``seen`` (lazy: checkpoint it to keep it).
+    """
+    key_type = candidates.schema[KEY].dataType
+    both = ctis.select(POS, F.lit(None).cast(key_type).alias(KEY), CTI, F.lit(0).alias("__typ"))
+    both = both.unionByName(candidates.select(POS, KEY, CTI, F.lit(1).alias("__typ")))
+    upto = Window.orderBy(POS, "__typ").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    stream_cti = F.max(F.when(F.col("__typ") == 0, F.col(CTI))).over(upto)
+    rows = both.withColumn("__g", F.greatest(F.lit(emitted), stream_cti))
+    rows = rows.filter(F.col("__typ") == 1)
+    if seen is not None:
+        rows = rows.join(seen.withColumnRenamed(CTI, "__s"), KEY, "left")
+    else:
+        rows = rows.withColumn("__s", F.lit(None).cast("long"))
+    before = Window.partitionBy(KEY).orderBy(POS).rowsBetween(Window.unboundedPreceding, -1)
+    bar = F.greatest(F.col("__g"), F.col("__s"), F.max(CTI).over(before))
+    out = rows.withColumn("__bar", bar).filter(F.col(CTI) > F.col("__bar")).select(POS, KEY, CTI)
+    fresh = candidates.select(KEY, CTI)
+    if seen is not None:
+        fresh = seen.unionByName(fresh)
+    return out, fresh.groupBy(KEY).agg(F.max(CTI).alias(CTI))
+
+
+def keyed_min_of_latest(
+    tagged: DataFrame,
+    keyed: list[DataFrame | None],
+    initial: list[int],
+    ctis: DataFrame,
+    emitted: int,
+    state: DataFrame | None,
+) -> tuple[DataFrame, DataFrame]:
+    """The keyed CTIs of an operator with several inputs (union, join) from its inputs' CTIs.
+
+    ``tagged``: the inputs' CTIs of the epoch (``group`` ``__g`` = input index, ``__pos``,
+    ``__c``), ``initial[g]`` input g's latest CTI before the epoch; ``keyed[g]``: input g's keyed
+    CTIs, None for an input without substreams. At each keyed CTI of any input, a candidate for
+    its key ``k``: the minimum over inputs of ``k``'s CTI there (the larger of the input's
+    latest CTI and latest keyed CTI of ``k``; an input without substreams: its latest CTI). Rows
+    at one position count together. Candidates go through :func:`keyed_rises` against the
+    operator's own ``ctis`` (``emitted`` before the epoch). ``state``: per key (``__kk``) each
+    input's largest keyed CTI ``__k<g>`` and the largest candidate ``__c`` of earlier epochs.
+    Returns the keyed CTIs and the new state (checkpointed: a small job).
+    """
+    n = len(initial)
+    key_type = next(k for k in keyed if k is not None).schema[KEY].dataType
+    rows = tagged.select(
+        "__g", POS, CTI, F.lit(None).cast(key_type).alias(KEY), F.lit(0).alias("__t")
+    )
+    for g, k in enumerate(keyed):
+        if k is not None:
+            rows = rows.unionByName(
+                k.select(F.lit(g).alias("__g"), POS, CTI, KEY, F.lit(1).alias("__t"))
+            )
+    # RANGE frames: rows at one position (and of one kind) see each other
+    upto = Window.orderBy(POS, "__t").rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    for g in range(n):
+        latest = F.last(F.when((F.col("__g") == g) & (F.col("__t") == 0), F.col(CTI)), True)
+        rows = rows.withColumn(f"__l{g}", F.coalesce(latest.over(upto), F.lit(initial[g])))
+    rows = rows.filter(F.col("__t") == 1)
+    if state is not None:
+        rows = rows.join(state.withColumnRenamed(CTI, "__seen"), KEY, "left")
+    by_key = Window.partitionBy(KEY).orderBy(POS).rangeBetween(Window.unboundedPreceding, 0)
+    own = []
+    for g in range(n):
+        if keyed[g] is None:
+            own.append(F.col(f"__l{g}"))
+            continue
+        mine = F.max(F.when(F.col("__g") == g, F.col(CTI))).over(by_key)
+        if state is not None:
+            mine = F.greatest(mine, F.col(f"__k{g}"))
+        own.append(F.greatest(F.col(f"__l{g}"), mine))
+    candidates = rows.select(POS, KEY, F.least(*own).alias(CTI)).dropDuplicates([POS, KEY])
+    seen = state.select(KEY, CTI) if state is not None else None
+    out, _ = keyed_rises(candidates, ctis, emitted, seen)
+    per_input = [F.max(F.when(F.col("__g") == g, F.col("__kc"))).alias(f"__k{g}") for g in range(n)]
+    fresh = None
+    for g, k in enumerate(keyed):
+        if k is not None:
+            part = k.select(KEY, F.lit(g).alias("__g"), F.col(CTI).alias("__kc"))
+            fresh = part if fresh is None else fresh.unionByName(part)
+    assert fresh is not None
+    new = (
+        fresh.groupBy(KEY)
+        .agg(*per_input)
+        .join(candidates.groupBy(KEY).agg(F.max(CTI).alias(CTI)), KEY, "full")
+    )
+    if state is not None:
+        new = (
+            state.unionByName(new)
+            .groupBy(KEY)
+            .agg(*[F.max(f"__k{g}").alias(f"__k{g}") for g in range(n)], F.max(CTI).alias(CTI))
+        )
+    return out, new.localCheckpoint()
+
+
+def keyed_inputs(flows: list[Flow], usable: list[bool], on: tuple[str, ...] | None) -> str | None:
+    """The substream key an operator over ``flows`` keeps per-key CTIs of, or None: the key of
+    the inputs with keyed CTIs that may use them (``usable``; a join's sides also need the key
+    in ``on``). Inputs without substreams count with their CTI, valid for every key."""
+    keys = {
+        f.key
+        for f, ok in zip(flows, usable, strict=True)
+        if ok and f.keyed is not None and (on is None or f.key in on)
+    }
+    return keys.pop() if len(keys) == 1 else None

@@ -43,6 +43,7 @@ from engine.plan import (
     InputNode,
     JoinNode,
     LifetimeNode,
+    MergeNode,
     Node,
     SelectNode,
     SnapshotNode,
@@ -435,7 +436,14 @@ class Runtime:
                 raw = raw.filter(F.col(POS) < pos_literal(*before))
             if b.spec.ordering is not None:  # §7 before §3 (engine/ordering.py)
                 idx = b.spec.index
-                raw, ordering[idx] = order_epoch(b.spec.ordering, raw, ordering[idx], cache)
+                raw, ordering[idx] = order_epoch(
+                    b.spec.ordering,
+                    raw,
+                    ordering[idx],
+                    cache,
+                    # traced: the timeline marks what §7 dropped or moved
+                    decided=None if trace is None else lambda d, s=b.spec: trace.ordering(s, d),
+                )
             imp = b.spec.settings.import_settings if b.spec.settings else None
             imports = None
             if imp is not None:
@@ -458,6 +466,8 @@ class Runtime:
                 flows[id(node)] = where(flows[id(node.child)], node.condition)
             elif isinstance(node, SelectNode):
                 flows[id(node)] = select(flows[id(node.child)], node.columns)
+            elif isinstance(node, MergeNode):
+                flows[id(node)] = flows[id(node.child)].merged()
             elif isinstance(node, LifetimeNode):
                 st = ops.get(id(node)) or LifetimeState()
                 flows[id(node)], ops[id(node)] = alter_lifetime(
@@ -490,6 +500,7 @@ class Runtime:
                     node.on,
                     ops.get(id(node)) or JoinState(),
                     cache,
+                    (not _joins_below(node.left), not _joins_below(node.right)),
                 )
             elif isinstance(node, AntiJoinNode):
                 flows[id(node)], ops[id(node)] = anti_join(
@@ -513,10 +524,13 @@ class Runtime:
                 # local checkpoint makes each operator's output a leaf for the operators after it
                 # (computed once, when first used, and no extra job).
                 flow = flows[id(node)]
+                keyed = flow.keyed.localCheckpoint(eager=False) if flow.keyed is not None else None
                 flows[id(node)] = Flow(
                     flow.events.localCheckpoint(eager=False),
                     flow.ctis.localCheckpoint(eager=False),
                     flow.edges,
+                    keyed,
+                    flow.key,
                 )
                 if trace is not None:
                     trace.operator(node, flows[id(node)])
@@ -532,3 +546,9 @@ class Runtime:
 
     def _node(self, name: str) -> InputNode:
         return next(b.node for b in self.inputs if b.spec.name == name)
+
+
+def _joins_below(node: Node) -> bool:
+    """Whether a join or anti-join is at or below ``node``: its pairs may end by the CTI of a
+    side, so its keyed CTIs do not enter a join (docs/decisions.md, "Per-key CTIs")."""
+    return any(isinstance(n, JoinNode | AntiJoinNode) for n in walk(node))

@@ -2,8 +2,11 @@
 
 The x axis is arrival (the arrival stamps of semantics §4), the y axis event (application) time.
 One panel per input shows what the input received: each event at (arrival, original start; an
-END edge at its end), an interval with its lifetime as a bar, **dropped** events as red crosses,
-**adjusted** events as an orange arrow from the original start to the new one, explicit CTIs as
+END edge at its end), an interval with its lifetime as a bar, **dropped** events in red,
+**adjusted** events as an orange arrow from the original start to the new one, each marked by
+its reason (a cross or circle for a CTI violation; for the arrival-time policies of an ordered
+input a triangle up for ``early``, down for ``late``, a square for ``out-of-order``, a diamond
+below the lowest time for ``no-event-time``, a plus for several), explicit CTIs as hollow
 diamonds (grey when ignored), the end of input as a dashed line, and the input's CTIs (explicit,
 generated, imported, merged over partitions) as a step line. A last panel shows each stateful
 operator's output CTIs and the query's output CTIs as step lines, over the inputs' CTIs in faint.
@@ -12,8 +15,10 @@ range, and the CTIs that flush inputs when a bounded run stops in a "stop" colum
 
 The PNG is drawn with matplotlib (Agg, no pyplot state). The HTML page is self-contained: one
 file, inline SVG and CSS, no scripts; every mark is an element with a class and ``data-``
-attributes (``event kept|dropped|adjusted``, ``explicit-cti``, ``cti input-cti|operator-cti|
-output-cti``, ``epoch-cut``, ``end-of-input``) and a tooltip (``<title>``).
+attributes (``event kept|dropped|adjusted`` with ``data-reason`` and ``data-adjusted``,
+``explicit-cti``, ``cti input-cti|operator-cti|output-cti``, ``epoch-cut``, ``end-of-input``) and
+a tooltip (``<title>``); the legend and the summary table count dropped and adjusted events by
+reason.
 """
 
 from __future__ import annotations
@@ -34,6 +39,17 @@ _INPUT_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f
 _OPERATOR_COLORS = ["#e377c2", "#bcbd22", "#17becf", "#8c564b", "#7f7f7f", "#9467bd"]
 _DROP, _ADJUST, _IGNORED, _OUTPUT = "#d62728", "#ff7f0e", "#aaaaaa", "#000000"
 _COUNTER_LIMIT = 10**10  # below this, stamps read as counters (memory scripts), not as dates
+#: Reasons in the order legends list them, and the marker of each (matplotlib's names; the SVG
+#: draws the same shapes). Other reasons: a cross (dropped) or a circle (adjusted); several: "P".
+_REASONS = ("cti-violation", "start-dropped", "early", "late", "out-of-order", "no-event-time")
+_REASON_MARKERS = {"early": "^", "late": "v", "out-of-order": "s", "no-event-time": "D"}
+_SVG_SHAPES = {
+    "^": "M-5,4 L5,4 L0,-5 z",
+    "v": "M-5,-4 L5,-4 L0,5 z",
+    "s": "M-4,-4 L4,-4 L4,4 L-4,4 z",
+    "D": "M0,-5 L5,0 L0,5 L-5,0 z",
+}
+_SVG_STROKES = {"x": "M-5,-5 L5,5 M-5,5 L5,-5", "P": "M-5,0 L5,0 M0,-5 L0,5"}
 
 
 # -- axes -------------------------------------------------------------------------------------
@@ -161,6 +177,47 @@ class _Panel:
     lines: list[_Line] = field(default_factory=list)
 
 
+def _marker(item: TraceItem) -> str:
+    """The marker of a dropped or adjusted event, by its reason."""
+    reasons = (item.reason or "").split(",")
+    if len(reasons) > 1:
+        return "P"
+    return _REASON_MARKERS.get(reasons[0], "x" if item.action == "dropped" else "o")
+
+
+def _by_reason(marks: list[_Mark]) -> list[tuple[str, list[_Mark]]]:
+    """Marks grouped by reason (None: ``"-"``), known reasons first, in ``_REASONS`` order."""
+    groups: dict[str, list[_Mark]] = {}
+    for m in marks:
+        groups.setdefault(m.item.reason or "-", []).append(m)
+    order = {r: i for i, r in enumerate(_REASONS)}
+    return sorted(groups.items(), key=lambda g: (order.get(g[0], len(order)), g[0]))
+
+
+def _counts(marks: list[_Mark]) -> str:
+    """``"3 (early 1, late 2)"``: the number of marks, by reason."""
+    groups = _by_reason(marks)
+    if not groups:
+        return "0"
+    return f"{len(marks)} (" + ", ".join(f"{r} {len(ms)}" for r, ms in groups) + ")"
+
+
+def _svg_mark(marker: str, px: float, py: float, color: str, filled: bool = True) -> str:
+    if marker == "o":
+        fill = color if filled else "none"
+        return f'<circle cx="{px}" cy="{py}" r="3.5" fill="{fill}" stroke="{color}"/>'
+    if marker in _SVG_STROKES:
+        return (
+            f'<path transform="translate({px},{py})" d="{_SVG_STROKES[marker]}" '
+            f'stroke="{color}" stroke-width="2.2"/>'
+        )
+    fill = color if filled else "none"
+    return (
+        f'<path transform="translate({px},{py})" d="{_SVG_SHAPES[marker]}" fill="{fill}" '
+        f'stroke="{color}" stroke-width="1.2"/>'
+    )
+
+
 def _shape(item: TraceItem) -> str:
     if item.edge == "START":
         return "start"
@@ -228,8 +285,9 @@ class Timeline:
                     p.ends.append(_Mark(ax, y.low, it))
                 elif it.kind == "CTI":
                     p.explicit.append(_Mark(ax, y.at(it.start), it))
-                elif it.action == "dropped":
-                    p.dropped.append(_Mark(ax, y.at(it.time), it))
+                elif it.action == "dropped":  # no event time: below the lowest time
+                    at = y.lo - y.pad / 2 if it.time is None else y.at(it.time)
+                    p.dropped.append(_Mark(ax, at, it))
                 elif it.action == "adjusted":
                     p.adjusted.append(_Mark(ax, y.at(it.start), it, y.at(it.adjusted)))
                 else:
@@ -373,40 +431,45 @@ class Timeline:
                         label="explicit CTI (ignored)" if ignored else "explicit CTI",
                         zorder=4,
                     )
-        if panel.dropped:
+        for reason, ms in _by_reason(panel.dropped):
+            marker = _marker(ms[0].item)
+            stroke = marker in _SVG_STROKES
             ax.scatter(
-                [m.x for m in panel.dropped],
-                [m.y for m in panel.dropped],
-                marker="x",
-                s=46,
-                linewidths=1.8,
+                [m.x for m in ms],
+                [m.y for m in ms],
+                marker=marker,
+                s=46 if stroke else 30,
+                linewidths=1.8 if stroke else 1.0,
                 color=_DROP,
-                label="dropped",
+                label=f"dropped: {reason} ({len(ms)})",
                 zorder=5,
             )
-        if panel.adjusted:
-            for m in panel.adjusted:
-                ax.annotate(
-                    "",
-                    xy=(m.x, m.y2),
-                    xytext=(m.x, m.y),
-                    zorder=5,
-                    arrowprops={"arrowstyle": "-|>", "color": _ADJUST, "lw": 1.4},
-                )
+        for m in panel.adjusted:
+            ax.annotate(
+                "",
+                xy=(m.x, m.y2),
+                xytext=(m.x, m.y),
+                zorder=5,
+                arrowprops={"arrowstyle": "-|>", "color": _ADJUST, "lw": 1.4},
+            )
+        for reason, ms in _by_reason(panel.adjusted):
+            marker = _marker(ms[0].item)
             ax.scatter(
-                [m.x for m in panel.adjusted],
-                [m.y for m in panel.adjusted],
+                [m.x for m in ms],
+                [m.y for m in ms],
+                marker=marker,
                 s=28,
                 facecolor="none",
                 edgecolor=_ADJUST,
                 zorder=5,
             )
             ax.scatter(
-                [m.x for m in panel.adjusted],
-                [m.y2 for m in panel.adjusted],
+                [m.x for m in ms],
+                [m.y2 for m in ms],
+                marker=marker,
                 s=28,
                 color=_ADJUST,
-                label="adjusted (from, to)",
+                label=f"adjusted: {reason} ({len(ms)})",
                 zorder=5,
             )
         for i, m in enumerate(panel.ends):
@@ -523,6 +586,8 @@ class Timeline:
                 _shape(it), "END edge"
             )
             s = f"{panel.name}: {what} at {y.describe(it.start)}"
+            if it.start is None and it.kind == "INSERT":
+                s = f"{panel.name}: {what} with no event time"
             if it.edge == "END" or _shape(it) == "interval":
                 s += f", end {y.describe(it.end)}"
             s += f"; arrival {x.describe(it.arrival)}, partition {it.partition}; {it.action}"
@@ -599,17 +664,17 @@ class Timeline:
         for m in panel.dropped:
             px, py = sx(m.x), sy(m.y)
             out.append(
-                f'<g class="event dropped" {attrs(m)}>{tip(m)}<path '
-                f'transform="translate({px},{py})" d="M-5,-5 L5,5 M-5,5 L5,-5" stroke="{_DROP}" '
-                'stroke-width="2.2"/></g>'
+                f'<g class="event dropped" {attrs(m)}>{tip(m)}'
+                f"{_svg_mark(_marker(m.item), px, py, _DROP)}</g>"
             )
         for m in panel.adjusted:
             px, py, py2 = sx(m.x), sy(m.y), sy(m.y2)
+            marker = _marker(m.item)
             out.append(
                 f'<g class="event adjusted" {attrs(m)}>{tip(m)}<line x1="{px}" y1="{py}" '
                 f'x2="{px}" y2="{py2}" stroke="{_ADJUST}" stroke-width="1.6" '
-                f'marker-end="url(#arrow)"/><circle cx="{px}" cy="{py}" r="3.5" fill="none" '
-                f'stroke="{_ADJUST}"/><circle cx="{px}" cy="{py2}" r="3.5" fill="{_ADJUST}"/></g>'
+                f'marker-end="url(#arrow)"/>{_svg_mark(marker, px, py, _ADJUST, filled=False)}'
+                f"{_svg_mark(marker, px, py2, _ADJUST)}</g>"
             )
         return out
 
@@ -628,19 +693,18 @@ class Timeline:
             )
         if panel.kind == "input":
             rows.append((f'<circle cx="9" cy="0" r="3.5" fill="{panel.color}"/>', "event"))
-            rows.append(
-                (
-                    f'<path d="M4,-5 L14,5 M4,5 L14,-5" stroke="{_DROP}" stroke-width="2"/>',
-                    "dropped",
-                )
+            for reason, ms in _by_reason(panel.dropped) or [("", [])]:
+                marker = _marker(ms[0].item) if ms else "x"
+                label = f"dropped: {reason} ({len(ms)})" if ms else "dropped"
+                rows.append((_svg_mark(marker, 9, 0, _DROP), label))
+            arrow = (
+                f'<line x1="3" y1="6" x2="3" y2="-5" stroke="{_ADJUST}" stroke-width="1.6" '
+                'marker-end="url(#arrow)"/>'
             )
-            rows.append(
-                (
-                    f'<line x1="9" y1="6" x2="9" y2="-5" stroke="{_ADJUST}" stroke-width="1.6" '
-                    'marker-end="url(#arrow)"/>',
-                    "adjusted (from, to)",
-                )
-            )
+            for reason, ms in _by_reason(panel.adjusted) or [("", [])]:
+                marker = _marker(ms[0].item) if ms else "o"
+                label = f"adjusted: {reason} ({len(ms)})" if ms else "adjusted"
+                rows.append((arrow + _svg_mark(marker, 13, 0, _ADJUST), label))
             if panel.explicit:
                 rows.append(
                     (
@@ -671,7 +735,8 @@ class Timeline:
             last = y.describe(ctis[-1].start) if ctis else "-inf"
             rows.append(
                 f'<tr class="input" data-input="{_esc(p.name)}"><td>input {_esc(p.name)}</td>'
-                f"<td>{len(p.kept)}</td><td>{len(p.dropped)}</td><td>{len(p.adjusted)}</td>"
+                f"<td>{len(p.kept)}</td><td>{_esc(_counts(p.dropped))}</td>"
+                f"<td>{_esc(_counts(p.adjusted))}</td>"
                 f"<td>{len(ctis)}</td><td>{_esc(last)}</td></tr>"
             )
         for label, ctis in [(f"operator {op}", t.operator_ctis(op)) for op in t.operators] + [

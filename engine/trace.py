@@ -6,6 +6,8 @@ extra Spark work. With one, the runtime calls its hooks on the driver, once per 
 * :meth:`Trace.start` when a run starts (forgets any earlier run);
 * :meth:`Trace.begin_epoch` when an epoch starts (an epoch that fails and is re-run, up to a bad
   item, starts again: what the failed attempt recorded is forgotten);
+* :meth:`Trace.ordering` from :func:`engine.ordering.order_epoch`, for an input with
+  ``EventOrderingSettings``, with §7's decision for each event of the epoch (before ingress);
 * :meth:`Trace.ingress` from :func:`engine.ingress.ingress_epoch`, with the ingress's own
   DataFrame of the epoch (each item with the CTI in force before it and the DROP/ADJUST flags)
   and the input's resulting events and CTIs;
@@ -19,8 +21,13 @@ What is recorded (:class:`TraceItem`), per *series*:
   original event time, arrival, and what ingress did with it: ``action`` ``kept``, ``dropped``,
   ``adjusted`` (``adjusted`` then holds the new start) or ``ignored`` (an explicit CTI not above
   the CTI in force), and a ``reason`` (``cti-violation``; ``start-dropped`` for an END edge whose
-  START edge was dropped). Both fields are open strings: a stage before ingress can record its
-  own reasons (e.g. ``early``, ``late``, ``out-of-order``) with :meth:`Trace.add_input_items`;
+  START edge was dropped). Both fields are open strings: a stage before ingress records its own
+  reasons with :meth:`Trace.add_input_items`. The arrival-time policies (§7) do: an event they
+  dropped is an item of its own (reason ``early``, ``late``, ``out-of-order`` or
+  ``no-event-time``, at its original event time; none for ``no-event-time``), and an event they
+  moved is the one item ingress records, at its original event time, ``adjusted`` to the time
+  it left §7 with (or to §3's, if §3 moved it again), reasons in the order the rules acted
+  (``late``, ``out-of-order``, then ``cti-violation``);
 * ``input-cti``, per input: every CTI the input emitted (after partitions and imports);
 * ``operator-cti``, per stateful operator (labelled ``"<n>:<kind>"`` as in
   ``query.operator_metrics()``): every CTI it emitted;
@@ -146,6 +153,7 @@ class Trace:
         self._labels: dict[int, str] = {}
         self._series: dict[tuple[str, str], _Series] = {}
         self._pending: list[DataFrame] = []
+        self._moved: dict[str, DataFrame] = {}  # per input, the events §7 moved in this epoch
 
     # -- hooks (called by the runtime and by ingress, on the driver) --------------------------
     def start(self, runtime: Any) -> None:
@@ -159,12 +167,43 @@ class Trace:
         self.cuts = []
         self._series = {}
         self._pending = []
+        self._moved = {}
 
     def begin_epoch(self, lo: int | None, hi: int | None) -> None:
         """An epoch over arrivals ``[lo, hi)`` starts (again, if its first attempt failed)."""
         self._pending = []
+        self._moved = {}
         if lo is not None and lo not in self.cuts:
             self.cuts.append(lo)
+
+    def ordering(self, spec: InputSpec, decisions: DataFrame) -> None:
+        """Record one epoch of an input's arrival-time policies (§7), before its ingress.
+
+        ``decisions``: one row per event of the epoch with ``__pos``, ``event_time`` and
+        ``action`` (``ok``, ``drop:<reason>``, ``adjust:<reason>[,<reason>]``), as
+        :func:`engine.ordering.order_epoch` hands it. The dropped events become items now; the
+        moved ones are kept until :meth:`ingress` records them with their original time.
+        """
+        c = F.col
+        action = c("action")
+        reason = F.substring_index(action, ":", -1)
+        dropped = decisions.filter(action.startswith("drop:"))
+        self.add_input_items(
+            spec.name,
+            dropped.select(
+                POS,
+                F.lit("INSERT").alias(KIND),
+                F.lit(None).cast("string").alias(EDGE),
+                c("event_time").alias(START),
+                F.when(action != "drop:no-event-time", c("event_time") + 1).alias(END),
+                F.lit("dropped").alias("action"),
+                reason.alias("reason"),
+                F.lit(None).cast("long").alias("adjusted"),
+            ),
+        )
+        self._moved[spec.name] = decisions.filter(action.startswith("adjust:")).select(
+            c(POS).alias("__mpos"), c("event_time").alias("__mt"), reason.alias("__mreason")
+        )
 
     def ingress(self, spec: InputSpec, a: DataFrame, events: DataFrame, ctis: DataFrame) -> None:
         """Record one epoch of an input's ingress.
@@ -172,7 +211,8 @@ class Trace:
         ``a``: ingress's items of the epoch with ``__kind``, ``__edge``, ``__start``, ``__end``,
         ``__pos``, ``__cb`` (the CTI in force before the item), ``__viol``, ``__drop`` and
         ``__adj``; ``events``/``ctis``: what the input emits (an END edge missing from
-        ``events`` that broke no CTI was dropped with its START edge).
+        ``events`` that broke no CTI was dropped with its START edge). An event §7 moved
+        (:meth:`ordering`) is recorded at its original time, as adjusted.
         """
         c = F.col
         rows = a.filter(c(KIND).isin("INSERT", "CTI", "EOI"))
@@ -184,6 +224,16 @@ class Trace:
             cascade = (c(KIND) == "INSERT") & is_end & ~c("__viol") & c("__k").isNull()
             dropped = dropped | cascade
             reason = reason.when(cascade, "start-dropped")
+        start, end, new = c(START), c(END), F.when(adjusted, c("__cb"))
+        moved = self._moved.pop(spec.name, None)
+        if moved is not None:  # §7 moved it before ingress: from its original time
+            rows = rows.join(moved, c(POS) == c("__mpos"), "left")
+            was = c("__mt").isNotNull()
+            reason = F.when(was, F.concat_ws(",", c("__mreason"), reason)).otherwise(reason)
+            new = new.when(was & ~dropped, c(START))
+            start = F.when(was, c("__mt")).otherwise(c(START))
+            end = F.when(was, c("__mt") + (c(END) - c(START))).otherwise(c(END))
+            adjusted = adjusted | was
         action = (
             F.when(dropped, "dropped")
             .when(adjusted, "adjusted")
@@ -196,11 +246,11 @@ class Trace:
                 POS,
                 KIND,
                 EDGE,
-                START,
-                END,
+                start.alias(START),
+                end.alias(END),
                 action.alias("action"),
                 reason.alias("reason"),
-                F.when(adjusted, c("__cb")).alias("adjusted"),
+                new.alias("adjusted"),
                 c("__cb").alias("cti"),
             ),
         )

@@ -1,7 +1,8 @@
 """The timeline of a traced run: what the trace records, the PNG, the HTML page and its marks.
 
 One scripted run (two inputs, DROP and ADJUST, a CTI import, a union and a tumbling window), cut
-into 3 epochs. Every expected value below is derived by hand from the script.
+into 3 epochs, and the seed's illustrated example of the arrival-time policies (§7) with DROP and
+ADJUST. Every expected value below is derived by hand from the script.
 """
 
 from __future__ import annotations
@@ -233,6 +234,155 @@ def test_the_html_page_is_self_contained_and_holds_the_marks(traced, tmp_path):
     assert cuts == set(traced.trace.cuts) and len(cuts) == 2
     assert [e["data-arrival"] for e in _marks(svg, "end-of-input")] == ["9"]
     assert 'class="sampled"' not in page
+
+
+# -- arrival-time policies (§7): the seed's illustrated example, ADJUST and DROP ---------------
+# The seed's events (tests/ordering_seed.py) on two inputs at the same arrivals: "adj" with the
+# seed's settings (early window 5 min, late tolerance 5, out-of-order tolerance 2, ADJUST), "drop"
+# the same with DROP and a 13th event with no event time. Minutes after 12:00.
+
+# adj: seed.WITH_EARLY (worked from the seed's rules there), as (arrival, event time, action,
+# reason, new time).
+ADJ_MARKS = [
+    (7, 7, "kept", None, None),
+    (8, 8, "kept", None, None),
+    (11, 17, "dropped", "early", None),  # 6 min ahead of arrival
+    (13, 8, "kept", None, None),
+    (16, 19, "kept", None, None),
+    (17, 12, "adjusted", "out-of-order", 17),  # below the watermark 19 - 2
+    (18, 17, "kept", None, None),
+    (19, 20, "kept", None, None),
+    (21, 16, "adjusted", "out-of-order", 18),  # below 20 - 2
+    (22, 23, "kept", None, None),
+    (24, 22, "kept", None, None),
+    (27, 21, "adjusted", "late", 22),  # 6 min behind arrival: to 27 - 5, not below 23 - 2
+]
+# drop, worked by hand with the same rules: the largest event time seen takes every event not
+# dropped as early (dropped as late or out of order too), so the watermarks are adj's: 5, 6, 6,
+# 6, 17, 17, 17, 18, 18, 21, 21, 21; each event that adj moves is dropped here instead.
+DROP_MARKS = [
+    (7, 7, "kept", None, None),
+    (8, 8, "kept", None, None),
+    (11, 17, "dropped", "early", None),
+    (13, 8, "kept", None, None),  # 5 behind arrival is not late; 8 >= 6
+    (16, 19, "kept", None, None),
+    (17, 12, "dropped", "out-of-order", None),  # 5 behind: not late; 12 < 17
+    (18, 17, "kept", None, None),  # 17 >= 17
+    (19, 20, "kept", None, None),
+    (21, 16, "dropped", "out-of-order", None),  # 5 behind: not late; 16 < 18
+    (22, 23, "kept", None, None),
+    (24, 22, "kept", None, None),  # 22 >= 21
+    (27, 21, "dropped", "late", None),  # 6 behind
+    (28, None, "dropped", "no-event-time", None),
+]
+
+
+def test_the_timeline_marks_what_the_arrival_time_policies_dropped_and_moved(app, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    from engine import EventOrderingSettings, OrderingAction
+    from tests import ordering_seed as seed
+
+    s = EventScript()
+    for i, (_, arrival, _) in enumerate(seed.EVENTS):
+        for stream in ("adj", "drop"):  # the payload's event time is the application time
+            s.insert(stream, point(0, seed.payload(i)), arrival=seed.at(arrival))
+    s.insert("drop", point(0, {"device_id": "device4", "event_time": None}), arrival=seed.at(28))
+    adjust = seed.settings(early=True)
+    drop = EventOrderingSettings(**(adjust.model_dump() | {"action": OrderingAction.DROP}))
+    adj_in, drop_in = (
+        Stream.create(
+            stream,
+            MemoryInputFactory(),
+            MemoryInputConfig(script=s, schema=seed.SCHEMA),
+            EventShape.POINT,
+            ordering=ordering,
+        )
+        for stream, ordering in (("adj", adjust), ("drop", drop))
+    )
+    name = f"timeline{next(_names)}"
+    query = adj_in.union(drop_in).to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
+    )
+    m = seed.ticks
+    try:
+        query.run(trace=True)  # one epoch (the traced fixture above cuts its run in three)
+        items = query.trace.items
+        for stream, marks in (("adj", ADJ_MARKS), ("drop", DROP_MARKS)):
+            got = [(i.arrival, i.start, i.action, i.reason, i.adjusted) for i in items(stream)]
+            assert got == [
+                (m(a), None if t is None else m(t), action, reason, None if n is None else m(n))
+                for a, t, action, reason, n in marks
+            ], stream
+
+        timeline = query.timeline()
+        page = timeline.html(tmp_path / "ordering.html")
+        svg = _svg(page)
+
+        def marks(cls: str) -> list[tuple]:
+            return sorted(
+                (
+                    d["data-input"],
+                    int(d["data-arrival"]),
+                    int(d["data-time"]) if d["data-time"] else None,
+                    d.get("data-reason"),
+                    int(d["data-adjusted"]) if "data-adjusted" in d else None,
+                )
+                for d in _marks(svg, cls)
+            )
+
+        def expected(action: str) -> list[tuple]:
+            return sorted(
+                (stream, m(a), None if t is None else m(t), reason, None if n is None else m(n))
+                for stream, ms in (("adj", ADJ_MARKS), ("drop", DROP_MARKS))
+                for a, t, act, reason, n in ms
+                if act == action
+            )
+
+        assert marks("event dropped") == expected("dropped")
+        assert marks("event adjusted") == expected("adjusted")
+        assert len(_marks(svg, "event kept")) == 8 + 8
+        # The reasons in the tooltips, the legends and the summary table.
+        tips = {
+            (e.get("data-input"), int(e.get("data-arrival"))): e.find(
+                "{http://www.w3.org/2000/svg}title"
+            ).text
+            for e in svg.iter()
+            if e.get("class") in ("event dropped", "event adjusted")
+        }
+        assert tips[("adj", m(27))].endswith(
+            "adjusted (late) to start 2024-05-01T12:22:00Z; CTI in force 2024-05-01T12:21:00Z"
+        )
+        assert "point at 2024-05-01T12:12:00Z" in tips[("adj", m(17))]
+        assert "adjusted (out-of-order) to start 2024-05-01T12:17:00Z" in tips[("adj", m(17))]
+        assert tips[("drop", m(11))].endswith("dropped (early)")
+        assert tips[("drop", m(28))].startswith("drop: point with no event time;")
+        for text in (
+            "dropped: early (1)",
+            "adjusted: late (1)",
+            "adjusted: out-of-order (2)",
+            "dropped: out-of-order (2)",
+            "dropped: no-event-time (1)",
+            "<td>1 (early 1)</td><td>3 (late 1, out-of-order 2)</td>",
+            "<td>5 (early 1, late 1, out-of-order 2, no-event-time 1)</td><td>0</td>",
+        ):
+            assert text in page, text
+
+        png = timeline.png(tmp_path / "ordering.png")
+        img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+        pixels = img.reshape(-1, 3)
+        assert img.shape[0] >= 800 and img.shape[1] >= 1000
+        assert len(np.unique((pixels // 16) @ np.array([256, 16, 1]))) >= 20
+        assert 0.02 < (pixels != 255).any(axis=1).mean() < 0.6
+
+        def near(rgb: tuple[int, int, int]) -> int:
+            return int((np.abs(pixels - np.array(rgb)) <= 12).all(axis=1).sum())
+
+        assert near((0xD6, 0x27, 0x28)) > 100  # 6 dropped marks and their legend entries
+        assert near((0xFF, 0x7F, 0x0E)) > 60  # 3 adjusted arrows and markers
+    finally:
+        app.queries.pop(name, None)
 
 
 def test_a_capped_trace_keeps_a_sample_and_says_so(app, traced):

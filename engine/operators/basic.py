@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from engine.rows import CTI, HEADER, EpochCache, Flow, min_of_latest, payload_columns
+from engine.rows import (
+    CTI,
+    HEADER,
+    EpochCache,
+    Flow,
+    keyed_inputs,
+    keyed_min_of_latest,
+    min_of_latest,
+    payload_columns,
+)
 from engine.temporal import MIN_TIME
 
 __all__ = ["UnionState", "select", "union", "where"]
@@ -18,14 +27,15 @@ def where(flow: Flow, condition: Column) -> Flow:
     """Keep the events whose payload satisfies ``condition``; time untouched.
 
     CTI rule (§5): output CTI = input CTI. An END edge carries its START edge's payload, so both
-    halves of an edge pass or fail together.
+    halves of an edge pass or fail together. Keyed CTIs pass too.
     """
-    return Flow(flow.events.filter(condition), flow.ctis, flow.edges)
+    return replace(flow, events=flow.events.filter(condition))
 
 
 def select(flow: Flow, columns: Sequence[Column | str]) -> Flow:
-    """Project the payload; time untouched. CTI rule (§5): output CTI = input CTI."""
-    return Flow(flow.events.select(*HEADER, *columns), flow.ctis, flow.edges)
+    """Project the payload; time untouched. CTI rule (§5): output CTI = input CTI. Keyed CTIs
+    pass: a query that builds keeps the key column under its name (bindings.stream)."""
+    return replace(flow, events=flow.events.select(*HEADER, *columns))
 
 
 @dataclass
@@ -34,6 +44,8 @@ class UnionState:
 
     latest: list[int]
     emitted: int = MIN_TIME
+    #: substreams: per key the inputs' largest keyed CTIs (:func:`engine.rows.keyed_min_of_latest`)
+    keys: DataFrame | None = None
 
     @classmethod
     def initial(cls, n: int) -> UnionState:
@@ -45,6 +57,8 @@ def union(flows: Sequence[Flow], state: UnionState, cache: EpochCache) -> tuple[
 
     CTI rule (§5; the seeds: "Union operators release the older result of the most recent CTIs
     from either side"): output CTI = min over inputs of their latest CTI, emitted when it rises.
+    With substreams, a key's output CTI is the minimum over inputs of the key's CTI there
+    (:func:`engine.rows.keyed_min_of_latest`).
     """
     events: DataFrame = flows[0].events
     columns = payload_columns(events)
@@ -65,6 +79,13 @@ def union(flows: Sequence[Flow], state: UnionState, cache: EpochCache) -> tuple[
         latest[row["__g"]] = max(latest[row["__g"]], row["m"])
     ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
     edges = any(f.edges for f in flows)
-    return Flow(events.select(*HEADER, *columns), ctis, edges), UnionState(
-        latest, max(state.emitted, min(latest))
+    out = Flow(events.select(*HEADER, *columns), ctis, edges)
+    new_state = UnionState(latest, max(state.emitted, min(latest)))
+    key = keyed_inputs(list(flows), [True] * len(flows), None)
+    if key is None:
+        return out, new_state
+    sides = [f.keyed if f.key == key else None for f in flows]
+    keyed, new_state.keys = keyed_min_of_latest(
+        tagged, sides, state.latest, ctis, state.emitted, state.keys
     )
+    return replace(out, keyed=cache.keep(keyed), key=key), new_state

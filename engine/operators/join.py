@@ -23,7 +23,7 @@ edge is still to come. Both shrink as the CTIs advance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -38,6 +38,8 @@ from engine.rows import (
     START,
     EpochCache,
     Flow,
+    keyed_inputs,
+    keyed_min_of_latest,
     min_of_latest,
     pos_literal,
 )
@@ -54,6 +56,8 @@ class JoinState:
     pairs: DataFrame | None = None
     latest: list[int] = field(default_factory=lambda: [MIN_TIME, MIN_TIME])
     emitted: int = MIN_TIME
+    #: substreams: per key the sides' largest keyed CTIs (:func:`engine.rows.keyed_min_of_latest`)
+    keys: DataFrame | None = None
 
 
 def output_columns(left: list[str], right: list[str]) -> list[str]:
@@ -161,8 +165,15 @@ def _first_cti_at_or_above(
 
 
 def join(
-    left: Flow, right: Flow, on: tuple[str, ...], state: JoinState, cache: EpochCache
+    left: Flow,
+    right: Flow,
+    on: tuple[str, ...],
+    state: JoinState,
+    cache: EpochCache,
+    keyed_sides: tuple[bool, bool] = (True, True),
 ) -> tuple[Flow, JoinState]:
+    """``keyed_sides``: whether each side's keyed CTIs may be used (docs/decisions.md,
+    "Per-key CTIs": not from a side with a join below it, whose pairs end by that side's CTI)."""
     pl = [c for c in left.events.columns if c not in HEADER]
     pr = [c for c in right.events.columns if c not in HEADER]
     names = output_columns(pl, pr)
@@ -287,4 +298,13 @@ def join(
         for i in (0, 1)
     ]
     new_state = JoinState(held, still.localCheckpoint(), latest, max(state.emitted, min(latest)))
-    return Flow(events_out, ctis, left.edges or right.edges), new_state
+    out = Flow(events_out, ctis, left.edges or right.edges)
+    key = keyed_inputs([left, right], list(keyed_sides), on)
+    if key is None:
+        return out, new_state
+    pairs = zip((left, right), keyed_sides, strict=True)
+    sides = [f.keyed if f.key == key and ok else None for f, ok in pairs]
+    keyed, new_state.keys = keyed_min_of_latest(
+        tagged, sides, state.latest, ctis, state.emitted, state.keys
+    )
+    return replace(out, keyed=cache.keep(keyed), key=key), new_state

@@ -9,17 +9,31 @@ same transformation will be applied to CTIs."
 Edges: a shift keeps an edge an edge (its END edge is shifted too). Operators that set the end
 from the start turn a START edge into a complete interval at once; its END edge is then
 irrelevant and dropped. CTIs at ``±inf`` stay there; an output CTI is emitted only when it rises.
+Keyed CTIs (substreams) move the same way, each emitted when its key's CTI rises.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from pyspark.sql import Column, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from engine.rows import CTI, EDGE, END, HEADER, KIND, POS, START, EpochCache, Flow, saturating_sub
+from engine.rows import (
+    CTI,
+    EDGE,
+    END,
+    HEADER,
+    KEY,
+    KIND,
+    POS,
+    START,
+    EpochCache,
+    Flow,
+    keyed_rises,
+    saturating_sub,
+)
 from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["LifetimeState", "alter_lifetime"]
@@ -27,9 +41,11 @@ __all__ = ["LifetimeState", "alter_lifetime"]
 
 @dataclass
 class LifetimeState:
-    """The last CTI the operator emitted."""
+    """The last CTI the operator emitted; with substreams, per key the largest keyed CTI
+    candidate (:func:`engine.rows.keyed_rises`)."""
 
     emitted: int = MIN_TIME
+    key_seen: DataFrame | None = None
 
 
 def alter_lifetime(
@@ -80,6 +96,11 @@ def alter_lifetime(
         .drop("__prev")
     )
     last = ctis.agg(F.max(CTI)).first()[0]
-    return Flow(events, ctis, flow.edges and duration is None), LifetimeState(
-        max(state.emitted, last if last is not None else MIN_TIME)
-    )
+    new_state = LifetimeState(max(state.emitted, last if last is not None else MIN_TIME))
+    out = Flow(events, ctis, flow.edges and duration is None)
+    if flow.keyed is None:
+        return out, new_state
+    candidates = flow.keyed.select(POS, KEY, move(F.col(CTI)).alias(CTI))
+    keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
+    new_state.key_seen = seen.localCheckpoint()
+    return replace(out, keyed=cache.keep(keyed), key=flow.key), new_state

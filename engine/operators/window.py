@@ -22,14 +22,13 @@ time the operator has seen (docs/decisions.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from engine.rows import CTI, EDGE, END, HEADER, KIND, POS, START, EpochCache, Flow
+from engine.rows import CTI, EDGE, END, HEADER, KEY, KIND, POS, START, EpochCache, Flow, keyed_rises
 from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["WindowOutput", "WindowSpec", "WindowState", "window_aggregate"]
@@ -73,13 +72,15 @@ class WindowSpec:
 
 @dataclass
 class WindowState:
-    """Held events, the input CTI up to which windows are complete, the latest time seen, and
-    the last CTI emitted."""
+    """Held events, the input CTI up to which windows are complete, the latest time seen, the
+    last CTI emitted, and with substreams the keyed CTIs seen."""
 
     held: DataFrame | None = None
     last: int = MIN_TIME
     latest: int = MIN_TIME
     emitted: int = MIN_TIME
+    #: substreams: per key (``__kk``) the largest keyed input CTI (``__c``)
+    key_last: DataFrame | None = None
 
 
 def close_edges(events: DataFrame, ends: DataFrame, payload: list[str]) -> DataFrame:
@@ -112,6 +113,25 @@ def window_aggregate(
     events = new if state.held is None else state.held.unionByName(new)
     if flow.edges:
         events = close_edges(events, flow.events.filter(edge == "END"), payload)
+    # Substreams: a keyed CTI completes the windows of the groups with its key (docs/decisions.md)
+    key = flow.key if flow.keyed is not None and flow.key in spec.keys else None
+    keyed = cache.keep(flow.keyed) if key is not None else None
+    key_last = None  # per key, the largest keyed input CTI up to this epoch
+    if keyed is not None:
+        seen = keyed.select(KEY, CTI)
+        if state.key_last is not None:
+            seen = state.key_last.unionByName(seen)
+        key_last = seen.groupBy(KEY).agg(F.max(CTI).alias(CTI)).localCheckpoint()
+        last_before = (
+            state.key_last.select(KEY, F.col(CTI).alias("__lk")) if state.key_last else None
+        )
+        events = events.join(
+            key_last.select(F.col(KEY).alias(key), F.col(CTI).alias("__hk")), key, "left"
+        )
+        if last_before is not None:
+            events = events.join(last_before.withColumnRenamed(KEY, key), key, "left")
+        else:
+            events = events.withColumn("__lk", F.lit(None).cast("long"))
     events = cache.keep(events)
 
     # One small job: the epoch's last and last finite input CTI, and the latest time seen.
@@ -127,57 +147,74 @@ def window_aggregate(
     latest = max(state.latest, stats["m"] if stats["m"] is not None else MIN_TIME)
     c_last = stats["c"] if stats["c"] is not None else state.last
 
-    # Windows completing now: ws + size > last, and ws + size <= c_last or, once the CTI is
-    # +inf, ws <= the latest time seen (or the last finite CTI's windows, if later).
+    # Windows completing now, per event: ws + size > lo (completed before), and ws + size <= hi
+    # or, once the CTI is +inf, ws <= the latest time seen (or the last finite CTI's windows, if
+    # later). lo, hi: the input CTI before and after the epoch; with substreams, each the larger
+    # of it and the event's key's keyed CTI.
     size, hop = spec.size, spec.hop
-    completes = c_last > state.last
-    if not completes:
-        bound = 0
-    elif c_last == MAX_TIME:
+    lo, hi = F.lit(state.last), F.lit(c_last)
+    if keyed is not None:
+        lo, hi = F.greatest(lo, F.col("__lk")), F.greatest(hi, F.col("__hk"))
+    if c_last == MAX_TIME:
         finite_c = stats["f"] if stats["f"] is not None else state.last
-        bound = latest if finite_c == MIN_TIME else max(latest, finite_c - size)
+        bound = F.lit(latest if finite_c == MIN_TIME else max(latest, finite_c - size))
     else:
-        bound = c_last - size
+        bound = F.when(hi > lo, hi - F.lit(size))
     lower = F.col(START) - F.lit(size) + F.lit(1)
-    if state.last != MIN_TIME:
-        lower = F.greatest(lower, F.lit(state.last - size + 1))
+    lower = F.when(lo == F.lit(MIN_TIME), lower).otherwise(
+        F.greatest(lower, lo - F.lit(size) + F.lit(1))
+    )
     first = lower + F.pmod(-lower, F.lit(hop))  # the first grid start >= lower
-    last_ws = F.least(F.col(END) - F.lit(1), F.lit(bound))
-    live = (F.col(END) > F.col(START)) & (first <= last_ws)
-    if not completes:  # no CTI in this epoch: nothing completes
-        live = F.lit(False)
+    last_ws = F.least(F.col(END) - F.lit(1), bound)
+    live = (F.col(END) > F.col(START)) & (hi > lo) & (first <= last_ws)
     exploded = events.filter(live).withColumn(
         _WS, F.explode(F.sequence(first, last_ws, F.lit(hop).cast("long")))
     )
     ctis = cache.keep(flow.ctis.withColumn("__k", F.row_number().over(Window.orderBy(POS))))
-    results = _result_rows(exploded, spec, payload, ctis)
+    results = _result_rows(exploded, spec, ctis, keyed, key)
 
     pulled = spec.pulled(c_last) if c_last != MIN_TIME else MIN_TIME
     out_ctis = ctis.select(POS, spec.pulled_col(F.col(CTI)).alias(CTI))
     before = Window.orderBy(POS).rowsBetween(Window.unboundedPreceding, -1)
-    out_ctis = (
+    out_ctis = cache.keep(
         out_ctis.withColumn("__prev", F.greatest(F.lit(state.emitted), F.max(CTI).over(before)))
         .filter(F.col(CTI) > F.col("__prev"))
         .drop("__prev")
     )
     open_start = pulled - size if spec.point_at_end and pulled != MIN_TIME else pulled
-    held = None if c_last == MAX_TIME else events.filter(F.col(END) > open_start).localCheckpoint()
-    new_state = WindowState(held, c_last, latest, max(state.emitted, pulled))
-    return Flow(results, cache.keep(out_ctis), False), new_state
+    held = None
+    if c_last != MAX_TIME:
+        held = events.filter(F.col(END) > open_start).select(START, END, POS, _OPEN, *payload)
+        held = held.localCheckpoint()
+    new_state = WindowState(held, c_last, latest, max(state.emitted, pulled), key_last)
+    out = Flow(results, out_ctis, False)
+    if keyed is None:
+        return out, new_state
+    candidates = keyed.select(POS, KEY, spec.pulled_col(F.col(CTI)).alias(CTI))
+    # the largest pulled candidate per key is the pulled largest keyed CTI (pulling is monotone)
+    seen = None
+    if state.key_last is not None:
+        seen = state.key_last.select(KEY, spec.pulled_col(F.col(CTI)).alias(CTI))
+    out_keyed, _ = keyed_rises(candidates, out_ctis, state.emitted, seen)
+    return replace(out, keyed=cache.keep(out_keyed), key=key), new_state
 
 
 def _result_rows(
-    exploded: DataFrame, spec: WindowSpec, payload: Sequence[str], ctis: DataFrame
+    exploded: DataFrame,
+    spec: WindowSpec,
+    ctis: DataFrame,
+    keyed: DataFrame | None,
+    key: str | None,
 ) -> DataFrame:
-    """Aggregate per (window, keys) and place each result at the CTI that completes its window."""
-    del payload
+    """Aggregate per (window, keys) and place each result at the CTI that completes its window
+    (with substreams, the first CTI or keyed CTI of its key that does)."""
     aggs = [col.alias(name) for name, col in spec.aggregates]
     grouped = exploded.groupBy(_WS, *spec.keys).agg(*aggs)
     ws = F.col(_WS)
     start = ws + F.lit(spec.size) if spec.point_at_end else ws
     end = start + F.lit(1) if spec.point_at_end else ws + F.lit(spec.size)
     names = [*spec.keys, *(name for name, _ in spec.aggregates)]
-    return place_results(grouped, ws + F.lit(spec.size), start, end, names, ctis)
+    return place_results(grouped, ws + F.lit(spec.size), start, end, names, ctis, keyed, key)
 
 
 def place_results(
@@ -187,24 +224,49 @@ def place_results(
     end: Column,
     names: list[str],
     ctis: DataFrame,
+    keyed: DataFrame | None = None,
+    key: str | None = None,
 ) -> DataFrame:
     """Result rows ``[start, end)``, each at the position of the first CTI with value >=
-    ``done_at`` (``ctis`` numbered ``__k`` in position order): the CTI that completes it."""
-    both = grouped.select("*", done_at.alias("__t"), F.lit(0).alias("__typ")).unionByName(
-        ctis.select(F.col(CTI).alias("__t"), F.lit(1).alias("__typ"), "__k", POS),
-        allowMissingColumns=True,
-    )
-    order = Window.orderBy("__t", "__typ").rowsBetween(Window.unboundedPreceding, 0)
-    counted = both.withColumn("__below", F.sum("__typ").over(order)).filter(F.col("__typ") == 0)
-    placed = counted.join(
-        ctis.select(F.col("__k").alias("__at"), F.col(POS).alias("__cpos")),
-        F.col("__below") + 1 == F.col("__at"),
-    )
-    return placed.select(
+    ``done_at`` (``ctis`` numbered ``__k`` in position order): the CTI that completes it. With
+    ``keyed`` CTIs, the earlier of that one and the first keyed CTI of the result's ``key`` value
+    with value >= ``done_at``."""
+    grouped = grouped.select("*", done_at.alias("__t"))
+    placed = _first_at_or_above(grouped, ctis, None, "__cpos")
+    at = F.col("__cpos")
+    if keyed is not None:
+        numbered = keyed.withColumn(
+            "__k", F.row_number().over(Window.partitionBy(KEY).orderBy(POS))
+        ).withColumnRenamed(KEY, key)
+        placed = _first_at_or_above(placed, numbered, key, "__kpos")
+        at = F.least(at, F.col("__kpos"))
+    return placed.filter(at.isNotNull()).select(
         F.lit("INSERT").alias(KIND),
         F.lit(None).cast("string").alias(EDGE),
         start.alias(START),
         end.alias(END),
-        F.col("__cpos").alias(POS),
+        at.alias(POS),
         *names,
     )
+
+
+def _first_at_or_above(rows: DataFrame, ctis: DataFrame, key: str | None, name: str) -> DataFrame:
+    """``rows`` with column ``name``: the position of the first CTI (of ``ctis``, numbered ``__k``
+    in position order, per ``key`` value if given) with value >= the row's ``__t``, or null."""
+    part = [key] if key is not None else []
+    both = rows.select("*", F.lit(0).alias("__typ")).unionByName(
+        ctis.select(*part, F.col(CTI).alias("__t"), F.lit(1).alias("__typ"), "__k"),
+        allowMissingColumns=True,
+    )
+    order = Window.partitionBy(*part).orderBy("__t", "__typ")
+    counted = both.withColumn(
+        "__below", F.sum("__typ").over(order.rowsBetween(Window.unboundedPreceding, 0))
+    ).filter(F.col("__typ") == 0)
+    cpos = ctis.select(*part, F.col("__k").alias("__at"), F.col(POS).alias(name))
+    on = [F.col("__below") + 1 == F.col("__at")]
+    if key is not None:
+        counted, cpos = counted.alias("r"), cpos.alias("c")
+        on = [F.col(f"r.{key}").eqNullSafe(F.col(f"c.{key}")), *on]
+        joined = counted.join(cpos, on, "left")
+        return joined.select("r.*", F.col(f"c.{name}").alias(name)).drop("__below", "__typ", "__k")
+    return counted.join(cpos, on, "left").drop("__below", "__typ", "__k", "__at")

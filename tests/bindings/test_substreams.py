@@ -23,6 +23,7 @@ from adapters.memory import (
 from bindings import QueryBinder, QueryTemplate, Stream
 from engine import MAX_TIME, EventOrderingSettings, EventShape, QueryBuildError, cti, interval
 from engine import point as pt
+from engine.plan import MergeNode
 
 SCHEMA = "k string, j string, t bigint, v double"
 _names = itertools.count()
@@ -209,10 +210,11 @@ def test_two_different_keys_cannot_meet_in_a_join_or_union():
     assert a.merge_substreams().union(b.merge_substreams()).substream_key is None
 
 
-def test_merge_substreams_keeps_the_plan_and_drops_the_key():
+def test_merge_substreams_adds_a_merge_over_the_plan_and_drops_the_key():
     a = _input("a")
     merged = a.merge_substreams()
-    assert merged.node is a.node and merged.substream_key is None
+    assert isinstance(merged.node, MergeNode) and merged.node.child is a.node
+    assert merged.substream_key is None
     # A key given up cannot come back: a union of merged streams has none either.
     assert merged.union(_input("b", over=None)).substream_key is None
 
@@ -294,10 +296,10 @@ def _script() -> EventScript:
     return script.end("in", arrival=20)
 
 
-def _run(app, build) -> list:
+def _run(app, build, script: EventScript | None = None, late: int = 10) -> list:
     ordering = EventOrderingSettings(
         event_time="t",
-        late_arrival_tolerance=10,
+        late_arrival_tolerance=late,
         early_arrival_window=None,
         over="k",
         flush_on_stop=True,
@@ -305,7 +307,7 @@ def _run(app, build) -> list:
     stream = Stream.create(
         "in",
         MemoryInputFactory(),
-        MemoryInputConfig(script=_script(), schema=SCHEMA),
+        MemoryInputConfig(script=script or _script(), schema=SCHEMA),
         EventShape.POINT,
         ordering=ordering,
     )
@@ -356,3 +358,105 @@ def test_a_merged_stream_drops_the_key_and_runs(app):
         interval(10, 20, {"n": 2, "total": 8.0}),
         cti(MAX_TIME),
     ]
+
+
+# -- per-key CTIs: a key's windows close by its own watermark ------------------------------------
+def _fast_and_slow() -> EventScript:
+    """Late tolerance 100, so the input's CTI (arrival - 100) lags; out-of-order tolerance 0, so
+    each key's watermark is its largest event time. (t, arrival, k): (1, 10, a), (25, 11, a),
+    (2, 12, b), (6, 105, b); nothing late, early or out of order in its key."""
+    script = EventScript()
+    for t, arrival, k in ((1, 10, "a"), (25, 11, "a"), (2, 12, "b"), (6, 105, "b")):
+        script.insert("in", pt(0, {"k": k, "j": "x", "t": t, "v": 1.0}), arrival=arrival)
+    return script.end("in", arrival=200)
+
+
+def _count_per_window(s: Stream) -> Stream:
+    return s.tumbling_window(10).group_by("k").aggregate(n=F.count("*"))
+
+
+def test_a_keys_window_is_released_by_its_own_watermark_before_the_input_cti(app):
+    # Input CTI (arrival - 100): -90, -89, -88, 5; the window pulls them back to -90, -90, -90,
+    # 0. Key a's watermark reaches 25 at arrival 11: a's CTI is max(-89, 25) = 25, which
+    # completes a's [0, 10) there (pulled back: a's CTI 20 after the window), before the input's
+    # CTI reaches 0 at arrival 105. b's watermark (2, then 6) completes nothing; the flush at
+    # +inf releases b's [0, 10) (t 2 and 6) and a's [20, 30). Keyed CTIs are not delivered.
+    assert _run(app, _count_per_window, _fast_and_slow(), late=100) == [
+        cti(-90),
+        interval(0, 10, {"k": "a", "n": 1}),
+        cti(0),
+        interval(0, 10, {"k": "b", "n": 2}),
+        interval(20, 30, {"k": "a", "n": 1}),
+        cti(MAX_TIME),
+    ]
+
+
+def test_merged_substreams_wait_for_the_input_cti(app):
+    def build(s: Stream) -> Stream:
+        return _count_per_window(s.merge_substreams())
+
+    # The same query with the keyed CTIs dropped: a's [0, 10) waits for the flush.
+    assert _run(app, build, _fast_and_slow(), late=100) == [
+        cti(-90),
+        cti(0),
+        interval(0, 10, {"k": "a", "n": 1}),
+        interval(0, 10, {"k": "b", "n": 2}),
+        interval(20, 30, {"k": "a", "n": 1}),
+        cti(MAX_TIME),
+    ]
+
+
+def _pt(t: int, k: str, right: bool = False) -> dict:
+    """The payload of _fast_and_slow's event at ``t`` (joined with itself: both halves)."""
+    one = {"k": k, "j": "x", "t": t, "v": 1.0}
+    return {**one, **{f"right_{c}": v for c, v in one.items()}} if right else one
+
+
+# The input's CTIs (arrival - 100) are delivered as they are here (no window pulls them back):
+# -90, -89, -88 at arrivals 10, 11, 12 and 5 at 105. Key a's CTI is 25 at arrival 11 (right after
+# the input's -89), b's 2 at 12 and 6 at 105 (after the input's 5).
+def test_a_self_join_on_the_key_releases_a_keys_pairs_by_its_own_cti(app):
+    def build(s: Stream) -> Stream:
+        out = s.join(s, on="k")
+        assert out.substream_key == "k"
+        return out
+
+    # Points meet only themselves. a@1 leaves at a's CTI 25 (arrival 11), before the input's
+    # -88; b@2 waits for the input's 5 (b's own 2 does not pass 2); the rest for the flush.
+    pair = {t: interval(t, t + 1, _pt(t, k, right=True)) for t, k in _KEYS.items()}
+    assert _run(app, build, _fast_and_slow(), late=100) == [
+        cti(-90),
+        cti(-89),
+        pair[1],
+        cti(-88),
+        pair[2],
+        cti(5),
+        pair[6],
+        pair[25],
+        cti(MAX_TIME),
+    ]
+    merged = _run(app, lambda s: s.merge_substreams().join(s, on="k"), _fast_and_slow(), late=100)
+    assert merged[2:5] == [cti(-88), pair[1], pair[2]]  # without a's own CTI a@1 waits
+
+
+def test_a_union_of_keyed_streams_releases_a_keys_events_by_its_own_cti(app):
+    # Each event twice; a's CTI in the union is min(25, 25) at arrival 11.
+    point = {t: interval(t, t + 1, _pt(t, k)) for t, k in _KEYS.items()}
+    assert _run(app, lambda s: s.union(s), _fast_and_slow(), late=100) == [
+        cti(-90),
+        cti(-89),
+        point[1],
+        point[1],
+        cti(-88),
+        point[2],
+        point[2],
+        cti(5),
+        point[6],
+        point[6],
+        point[25],
+        point[25],
+        cti(MAX_TIME),
+    ]
+
+
+_KEYS = {1: "a", 25: "a", 2: "b", 6: "b"}

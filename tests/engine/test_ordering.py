@@ -43,7 +43,16 @@ from engine import (
 from engine.ordering import OrderingState, order_epoch
 from engine.rows import EpochCache
 from tests import ordering_seed as seed
-from tests.reference import Binding, Input, Union, Window, run_reference
+from tests.reference import (
+    Binding,
+    Input,
+    Join,
+    MergeSubstreams,
+    ShiftEventTime,
+    Union,
+    Window,
+    run_reference,
+)
 
 _names = itertools.count()
 M = seed.ticks
@@ -165,7 +174,9 @@ SEED_OUTPUT = [
     cti(MAX_TIME),
 ]
 
-# Substreams: the input's CTI is arrival - 5 minutes at each event (SUBSTREAM_INPUT_CTI).
+# Substreams: the input's CTI is arrival - 5 minutes at each event (SUBSTREAM_INPUT_CTI); a
+# device's own CTI (per-key CTIs, docs/decisions.md) releases its points earlier when its
+# watermark is ahead of the input's CTI.
 SEED_SUBSTREAM_OUTPUT = [
     cti(M(2)),
     cti(M(3)),
@@ -179,13 +190,13 @@ SEED_SUBSTREAM_OUTPUT = [
     _p(5, 12),  # device3 kept its own time: its watermark was 10
     cti(M(13)),
     cti(M(14)),
+    _p(6, 17),  # device2's own CTI (its watermark, 12:18) passes it at arrival 12:19
     cti(M(16)),
     _p(8, 16),
     cti(M(17)),
-    _p(6, 17),
+    _p(7, 20),  # device2's own CTI (12:21) at arrival 12:22, before the input's reaches 12:19
     cti(M(19)),
     _p(4, 19),
-    _p(7, 20),
     cti(M(22)),
     _p(10, 22),
     _p(11, 22),
@@ -402,7 +413,7 @@ def ordered_cases(draw):
         payload = {"k": draw(st.integers(0, 2)), "v": draw(st.integers(0, 3)), "et": et}
         start = draw(st.integers(0, 40)) if name == "a" else arrival + draw(st.integers(-3, 3))
         script.insert(name, point(start, payload), arrival=arrival, partition=part)
-    plan_kind = draw(st.sampled_from(["input", "union", "window"]))
+    plan_kind = draw(st.sampled_from(["input", "union", "window", "shifted-window", "join"]))
     distinct = sorted(set(stamps))
     cuts = []
     if len(distinct) > 1:
@@ -428,18 +439,29 @@ def test_ordered_inputs_match_the_reference(app, case):
     bindings = [Binding("a", a_settings, COLUMNS, ordering)]
     if "b" in names:
         bindings.append(Binding("b", b_settings, COLUMNS))
+    # "a" may be split into substreams (per-key CTIs) and "b" not: their union merges them on
+    # purpose; alone, "a" keeps its keyed CTIs through the shift and the window to egress.
     plan = Input("a")
-    if "b" in names:
-        plan = Union((Input("a"), Input("b")))
-    if plan_kind == "window":
+    other = "b" if "b" in names else "a"
+    if plan_kind == "join":  # the lookup case: keyed a joined on its key (with b, or itself)
+        plan = Join(Input("a"), Input(other), ("k",))
+    elif "b" in names:
+        plan = Union((MergeSubstreams(Input("a")), Input("b")))
+    if plan_kind == "shifted-window":
+        plan = ShiftEventTime(plan, 3)
+    if plan_kind in ("window", "shifted-window"):
         plan = Window(plan, 10, 5, ("k",), (("n", len),))
     expected = run_reference(script, bindings, plan, EventShape.POINT)
 
     def build(streams):
-        # "a" may be split into substreams and "b" not: their union merges them on purpose
-        a = streams["a"].merge_substreams()
-        stream = a.union(streams["b"]) if "b" in names else a
-        if plan_kind == "window":
+        stream = streams["a"]
+        if plan_kind == "join":
+            return stream.join(streams[other], on="k")
+        if "b" in names:
+            stream = stream.merge_substreams().union(streams["b"])
+        if plan_kind == "shifted-window":
+            stream = stream.shift_event_time(3)
+        if plan_kind in ("window", "shifted-window"):
             return stream.hopping_window(10, 5).group_by("k").aggregate(n=F.count("*"))
         return stream
 

@@ -28,6 +28,57 @@ How a run goes:
 3. **Operators** (§5): ``Where``/``Select`` per event with CTIs passed through; ``Union`` merges by
    position, its CTI the minimum of its children's latest CTIs.
 4. **Egress** (§6): each output CTI releases the pending items whose rule it satisfies, sorted.
+5. **Per-key CTIs** (substreams, §7 ``over``): below.
+
+Per-key CTIs
+------------
+A *keyed CTI row* ``(K, k, c)`` (a ``_Row`` with ``key=(K, k)`` and event ``cti(c)``) promises: no
+more events with ``payload[K] == k`` start before ``c``. A CTI row without key is *global*: valid
+for every key. A stream's CTI for key ``k`` at a point of its rows is ``max(latest global CTI,
+latest keyed CTI of (K, k))``. Events whose ``K`` value is null never get keyed CTIs.
+
+1. **Ingress** (an input with ``EventOrderingSettings(over=K)``): after an event of key ``k``
+   (non-null) in partition ``p`` whose §7 raised the substream watermark ``wm(p, k)`` (above the
+   one before, or the first one; also when §7 or §3 then drops the event), once §3 has handled the
+   event and the input's global CTI row (if any) was emitted at ``(*pos[:4], 1)``: ``v = min over
+   every partition q of max(cti_q, wm(q, k))`` (``cti_q`` the partition's effective CTI after the
+   event, ``wm(q, k)`` -inf when ``q`` has not seen ``k``). The row ``(K, k, v)`` is emitted at
+   ``(*pos[:4], 1)``, after the global row there, when ``v`` is above the input's global CTI and
+   above the last keyed value emitted for ``k``. Only at such events (not when another
+   partition's CTI rises: sound, just lazier). Imports never produce or carry keyed rows; keyed
+   rows are not counted; :class:`Result` lists them in ``keyed_ctis``, not in ``ingress``.
+2. **Where, Select**: keyed rows pass unchanged (a where keeps them whatever its predicate).
+3. **ShiftEventTime, AlterEventDuration, ToPoint, AlterEventLifetime**: ``(K, k, c)`` becomes
+   ``(K, k, moved(c))``, emitted only when above both the operator's latest global output CTI
+   and its latest keyed output for ``k``.
+4. **Window**: keyed rows on a column ``K`` not in the window's keys are dropped at its input.
+   Otherwise each group is complete through ``max(last, last_k)`` (``last`` the latest global
+   input CTI, ``last_k`` the latest keyed input CTI of the group's ``K`` value); a keyed row
+   ``(K, k, c)`` with ``c`` above that completes the windows ``ws + size <= c`` of the groups of
+   ``k`` only, then the keyed output ``(K, k, pulled(c))`` follows when above both the latest
+   global output CTI and the latest keyed output of ``k``. A global CTI completes for each
+   group the windows above ``max(last, last_k)``: a window is never emitted twice.
+5. **Union, Join** (on ``K``): after the rows of a position, each key ``k`` with a keyed row
+   there gets ``v = min over inputs of k's CTI in that input`` (an input without keyed rows:
+   its global CTI), emitted as ``(K, k, v)`` when above the operator's latest global output CTI
+   and its last keyed output of ``k``. A join takes keyed rows only on a column of ``on`` and
+   only from a side with no Join or AntiJoin below it: such a side's pairs end by its global
+   CTI, so its keys' CTIs could pass an END edge still to come. Pairs end by global CTIs.
+   **AntiJoin, Snapshot**: keyed rows are dropped at their inputs (global CTIs only).
+6. **MergeSubstreams**: drops keyed rows; events and global CTIs pass.
+7. **Egress**: a keyed row ``(K, k, c)`` releases the pending items whose payload has ``K`` with
+   value ``k`` and whose due is below ``c`` (same rules per consumer shape), sorted as for a
+   global CTI; no CTI item is delivered for it (adapters get global CTIs only). An item is
+   released once.
+
+Rows at one position of a stream come as events, the global CTI, then keyed CTIs. Only ingress
+makes keyed rows (at most one per event, so at most one per position of an input), the operators
+keep each keyed row at its input position, and union and join make at most one per key at a
+position (several at one position, of different keys, in key order). One exception to "events
+first": a window emits the results a keyed row completes at that row's position, after the global
+CTI it emitted there; those results start at or after that global CTI (their windows were not
+complete at the global input CTI, so they start at or after its pulled-back value), so no CTI
+promise breaks.
 
 When the run fails (a CTI violation without a policy, a malformed END edge) the error raised
 carries ``partial_result``: the :class:`Result` of every item before the failing one, without a
@@ -67,6 +118,8 @@ __all__ = [
     "Binding",
     "Input",
     "Join",
+    "KeyedCti",
+    "MergeSubstreams",
     "Node",
     "Result",
     "Select",
@@ -210,8 +263,17 @@ class Snapshot:
     aggregates: tuple[tuple[str, Callable[[list[dict]], Any]], ...]
 
 
+@dataclass(frozen=True)
+class MergeSubstreams:
+    """Events and global CTIs pass unchanged; keyed CTI rows are dropped: downstream, every key
+    follows the stream's one global CTI (the engine's ``Stream.merge_substreams()``)."""
+
+    child: Node
+
+
 Node = (
     Input
+    | MergeSubstreams
     | AntiJoin
     | Join
     | Snapshot
@@ -255,18 +317,29 @@ class Result:
     ``ctis_imported``, ``ctis_ignored``, ``dropped``, ``adjusted``; for an input with ordering
     also ``dropped_by_reason``, ``adjusted_by_reason`` and, with ``over``, ``keys``.
     ``ordering``: per input with ordering, what §7 decided for each event, in arrival order.
+    ``keyed_ctis``: per input (every bound input; an empty list when it has none), its keyed CTI
+    rows in position order, as :data:`KeyedCti` tuples ``(position, K, k, c)``. They are not in
+    ``ingress`` (which keeps the events and the input's global CTIs only) nor in ``counts``.
+    ``root_keyed_ctis``: the keyed CTI rows that reached egress (the plan's root), in order;
+    they release items ("Per-key CTIs" rule 7 in the module docstring) but are never delivered:
+    ``output`` has global CTIs only.
     """
 
     output: list[Event]
     ingress: dict[str, list[Event]]
     counts: dict[str, dict[str, Any]]
     ordering: dict[str, list[Decision]] = field(default_factory=dict)
+    keyed_ctis: dict[str, list[KeyedCti]] = field(default_factory=dict)
+    root_keyed_ctis: list[KeyedCti] = field(default_factory=list)
 
 
 # -- positions --------------------------------------------------------------------------------
 # (arrival, binding index, offset, partition index, sub-position). Sub-position 1 is the CTI
 # generated right after the event at the same position.
 Position = tuple[int, int, int, int, int]
+
+#: A keyed CTI as :class:`Result` reports it: ``(position, K, k, c)``.
+KeyedCti = tuple[Position, str, Any, int]
 
 #: Arrival of the stop flush: after every real arrival stamp (those are int64 ticks).
 _STOP_ARRIVAL = MAX_TIME + 1
@@ -294,10 +367,26 @@ class _Arrival:
 
 @dataclass(frozen=True)
 class _Row:
-    """One row of a stream inside the plan: an event or a CTI, at a position."""
+    """One row of a stream inside the plan: an event or a CTI, at a position.
+
+    ``key``: None for events and *global* CTIs (valid for every key); ``(K, k)`` for a *keyed*
+    CTI row, whose ``event`` is ``cti(c)``: no more events with ``payload[K] == k`` start before
+    ``c`` (module docstring, "Per-key CTIs").
+    """
 
     position: Position
     event: Event
+    key: tuple[str, Any] | None = None
+
+
+def _global_only(rows: list[_Row]) -> list[_Row]:
+    """The rows without the keyed CTIs: the input of an operator that uses global CTIs only."""
+    return [row for row in rows if row.key is None]
+
+
+def _keyed(row: _Row) -> KeyedCti:
+    assert row.key is not None
+    return (row.position, row.key[0], row.key[1], row.event.start)
 
 
 # -- ingress ----------------------------------------------------------------------------------
@@ -346,6 +435,8 @@ class _Ingress:
         self.rows: list[_Row] = []
         self.counts = dict.fromkeys(COUNT_NAMES, 0)
         self.importers: list[_Ingress] = []
+        self.over = ordering.over if ordering is not None else None  # the substream column K
+        self.keyed: dict[Any, int] = {}  # per key k: the last keyed CTI value emitted
 
     # items ---------------------------------------------------------------------------------
     def on_item(self, arrival: _Arrival) -> None:
@@ -400,10 +491,14 @@ class _Ingress:
             self._on_end_edge(part, item, event, payload, pos)
             return  # END edges are never counted for generation
         decision = None
+        watermark_before = None
         if self.ordering is not None:  # §7 applies before §3
+            if self.over is not None:
+                watermark_before = self.ordering.watermark(part.name, payload[self.over])
             decision = self.ordering.on_event(part.name, payload, item.arrival, pos)
             if decision.start is None:
                 self._ordering_cti(part, decision, pos)
+                self._keyed_cti(part, decision, watermark_before, pos)
                 return
             event = point(decision.start, event.payload)
 
@@ -420,12 +515,33 @@ class _Ingress:
         self._generate(part, event.start, pos)
         if decision is not None:
             self._ordering_cti(part, decision, pos)
+            self._keyed_cti(part, decision, watermark_before, pos)
 
     def _ordering_cti(self, part: _Partition, decision: Decision, pos: Position) -> None:
         """§7: the watermark is a generated CTI, right after the event that raises it."""
         if decision.cti is not None and self._raise_partition(part, decision.cti):
             self.counts["ctis_generated"] += 1
             self._publish((*pos[:4], 1))
+
+    def _keyed_cti(
+        self, part: _Partition, decision: Decision, watermark_before: int | None, pos: Position
+    ) -> None:
+        """Per-key CTIs, rule 1 (module docstring): after an event of key ``k`` that raised its
+        substream's watermark, ``v = min over partitions q of max(cti_q, wm(q, k))`` is emitted
+        as the keyed row ``(K, k, v)`` at ``(*pos[:4], 1)`` (after the global CTI row there, if
+        any) when it is above the input's CTI and the last keyed value of ``k``."""
+        k, watermark = decision.key, decision.watermark
+        if self.over is None or self.ordering is None or k is None or watermark is None:
+            return
+        if watermark_before is not None and watermark <= watermark_before:
+            return  # the substream's watermark did not rise
+        v = MAX_TIME
+        for q in self.partitions.values():
+            wm = self.ordering.watermark(q.name, k)
+            v = min(v, max(q.cti, MIN_TIME if wm is None else wm))
+        if v > self.cti and v > self.keyed.get(k, MIN_TIME):
+            self.keyed[k] = v
+            self.rows.append(_Row((*pos[:4], 1), cti(v), (self.over, k)))
 
     def report(self) -> dict[str, Any]:
         """The input's counts (with §7's by reason when it has ordering)."""
@@ -541,9 +657,12 @@ class _Ingress:
 
 # -- operators --------------------------------------------------------------------------------
 def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
-    """The rows of ``node`` in position order."""
+    """The rows of ``node`` in position order (keyed CTI rows: module docstring, "Per-key
+    CTIs"; the operators that use global CTIs only get their inputs without them)."""
     if isinstance(node, Input):
         return list(inputs[node.name])
+    if isinstance(node, MergeSubstreams):
+        return _global_only(_evaluate(node.child, inputs))
     if isinstance(node, Where):
         return [
             row
@@ -556,7 +675,7 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
             e = row.event
             if not e.is_cti:
                 e = Event(e.kind, e.start, e.end, node.project(dict(e.payload)), e.edge)
-            out.append(_Row(row.position, e))
+            out.append(_Row(row.position, e, row.key))
         return out
     if isinstance(node, Union):
         return _union([_evaluate(child, inputs) for child in node.children])
@@ -572,11 +691,18 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
     if isinstance(node, Window):
         return _window(node, _evaluate(node.child, inputs))
     if isinstance(node, Join):
-        return _join(node, _evaluate(node.left, inputs), _evaluate(node.right, inputs))
+        left, right = _evaluate(node.left, inputs), _evaluate(node.right, inputs)
+        # Keyed rows enter a join on their key, from a side with no join below (rule 5).
+        left, right = (
+            [r for r in rows if r.key is None or (r.key[0] in node.on and not _joins_in(side))]
+            for rows, side in ((left, node.left), (right, node.right))
+        )
+        return _join(node, left, right)
     if isinstance(node, AntiJoin):
-        return _anti_join(node, _evaluate(node.left, inputs), _evaluate(node.right, inputs))
+        left = _global_only(_evaluate(node.left, inputs))
+        return _anti_join(node, left, _global_only(_evaluate(node.right, inputs)))
     if isinstance(node, Snapshot):
-        return _snapshot(node, _evaluate(node.child, inputs))
+        return _snapshot(node, _global_only(_evaluate(node.child, inputs)))
     raise TypeError(f"not a plan node: {node!r}")
 
 
@@ -648,7 +774,8 @@ def _kind_order(event: Event) -> int:
 
 def _join(node: Join, left: list[_Row], right: list[_Row]) -> list[_Row]:
     """Rows of both sides by (position, side, events / END edges / CTI); output CTI after every
-    position group, when the minimum of both sides' latest CTIs rises."""
+    position group, when the minimum of both sides' latest CTIs rises; then the keyed CTIs
+    (rule 5). Pairs end by the global CTIs only."""
     tagged = [
         (row.position, side, _kind_order(row.event), seq, row)
         for side, rows in enumerate((left, right))
@@ -657,6 +784,7 @@ def _join(node: Join, left: list[_Row], right: list[_Row]) -> list[_Row]:
     tagged.sort(key=lambda t: t[:4])
     held: tuple[list[_Held], list[_Held]] = ([], [])
     latest = [MIN_TIME, MIN_TIME]
+    keyed = _KeyedMerge(2)
     pairs: list[_Pair] = []
     emitted = MIN_TIME
     out: list[_Row] = []
@@ -684,7 +812,9 @@ def _join(node: Join, left: list[_Row], right: list[_Row]) -> list[_Row]:
             _, side, _, _, row = tagged[i]
             i += 1
             e = row.event
-            if e.is_cti:
+            if row.key is not None:
+                keyed.take(side, row)
+            elif e.is_cti:
                 latest[side] = e.start
                 for pair in list(pairs):
                     determine(pair, pos)
@@ -724,6 +854,7 @@ def _join(node: Join, left: list[_Row], right: list[_Row]) -> list[_Row]:
         if c > emitted:
             emitted = c
             out.append(_Row(pos, cti(c)))
+        keyed.emit(pos, latest, emitted, out)
     return out
 
 
@@ -860,12 +991,22 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
     At ``c = +inf`` the windows that complete are those starting at or before ``latest``: the
     largest ``max(start, end - 1)`` of any event received (``start`` for an edge still open), so
     an edge never closed does not make windows without end.
+
+    Per-key CTIs (module docstring, rule 4): a keyed row ``(K, k, c)`` with ``K`` not among the
+    window's keys is dropped. Otherwise a group is complete through ``max(last, last_k)`` (the
+    latest global input CTI, and the latest keyed input CTI of its value ``k`` of ``K``); a keyed
+    row above that completes, for the groups of ``k`` only, the windows with ``ws + size <= c``
+    (results at the keyed row's position, sorted as for a global CTI), then emits the keyed
+    output ``(K, k, pulled(c))`` if it is above the latest global output CTI and the latest keyed
+    output of ``k``. A global CTI skips a group's windows completed by its keyed CTIs.
     """
     size, hop = node.size, node.hop
     members: list[_Member] = []
     last = MIN_TIME  # the input CTI up to which windows are complete
+    last_keyed: dict[tuple[str, Any], int] = {}  # per (K, k): the latest keyed input CTI
     latest = MIN_TIME
     emitted = MIN_TIME
+    emitted_keyed: dict[tuple[str, Any], int] = {}  # per (K, k): the latest keyed output CTI
     out: list[_Row] = []
 
     def pulled(c: int) -> int:
@@ -874,18 +1015,18 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
         first_open = ((c - size) // hop) * hop + hop  # smallest ws on the grid with ws+size > c
         return first_open + size if node.point_at_end else first_open
 
-    for row in rows:
-        e = row.event
-        if not e.is_cti:
-            m = _take(members, e)
-            latest = max(latest, m.start if m.open else max(m.start, m.end - 1))
-            continue
-        c = e.start
-        if c <= last:
-            continue
+    def through(group: dict[str, Any]) -> int:
+        """The input CTI through which the windows of ``group`` (its key columns) are complete:
+        ``max(last, last_k)``."""
+        return max([last, *(last_keyed.get((k, group[k]), MIN_TIME) for k in node.keys)])
+
+    def complete(c: int, position: Position, only: tuple[str, Any] | None) -> None:
+        """Emit the results of the windows ``c`` completes (of the groups of ``only`` if set)."""
         starts = set()
         for m in members:
             if m.end <= m.start:  # an edge closed at its adjusted start: an empty lifetime
+                continue
+            if only is not None and m.payload[only[0]] != only[1]:
                 continue
             # grid starts ws with ws < m.end and ws + size > m.start, not completed before
             ws = ((m.start - size) // hop) * hop + hop
@@ -905,30 +1046,68 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
                     groups.setdefault(tuple(m.payload[k] for k in node.keys), []).append(m.payload)
             for key in sorted(groups, key=lambda k: tuple((v is not None, v) for v in k)):
                 payload = dict(zip(node.keys, key, strict=True))
+                if only is not None and payload[only[0]] != only[1]:
+                    continue
+                if we <= through(payload):  # completed by a keyed CTI of its key before
+                    continue
                 for name, fn in node.aggregates:
                     payload[name] = fn(groups[key])
                 start, end = (we, we + 1) if node.point_at_end else (ws, we)
-                out.append(_Row(row.position, Event(EventKind.INSERT, start, end, payload)))
-        last = c
+                out.append(_Row(position, Event(EventKind.INSERT, start, end, payload)))
+
+    for row in rows:
+        e = row.event
+        if not e.is_cti:
+            m = _take(members, e)
+            latest = max(latest, m.start if m.open else max(m.start, m.end - 1))
+            continue
+        c = e.start
+        if row.key is None:
+            if c <= last:
+                continue
+            complete(c, row.position, None)
+            last = c
+            p = pulled(c)
+            if p > emitted:
+                emitted = p
+                out.append(_Row(row.position, cti(p)))
+            continue
+        if row.key[0] not in node.keys:
+            continue  # a keyed CTI on another column: merged (dropped) here
+        if c <= max(last, last_keyed.get(row.key, MIN_TIME)):
+            continue
+        complete(c, row.position, row.key)
+        last_keyed[row.key] = c
         p = pulled(c)
-        if p > emitted:
-            emitted = p
-            out.append(_Row(row.position, cti(p)))
+        if p > emitted and p > emitted_keyed.get(row.key, MIN_TIME):
+            emitted_keyed[row.key] = p
+            out.append(_Row(row.position, cti(p), row.key))
     return out
 
 
 def _lifetime(rows: list[_Row], move: Callable[[int], int], duration: int | None) -> list[_Row]:
     """Move each start (and each CTI) by ``move``. With a duration, ``end = start + duration``:
     a START edge becomes that interval at once and its END edge is dropped. Without one, ends
-    move like starts and edges stay edges. CTIs at +-inf stay; a CTI is emitted when it rises."""
+    move like starts and edges stay edges. CTIs at +-inf stay; a CTI is emitted when it rises.
+
+    Per-key CTIs (module docstring, rule 3): a keyed row ``(K, k, c)`` becomes ``(K, k,
+    moved(c))``, emitted when that is above the latest global output CTI and the latest keyed
+    output of ``(K, k)``."""
 
     def moved(t: int) -> int:
         return t if t in (MIN_TIME, MAX_TIME) else move(t)
 
     out: list[_Row] = []
     current = MIN_TIME
+    keyed: dict[tuple[str, Any], int] = {}  # per (K, k): the latest keyed output CTI
     for row in rows:
         e = row.event
+        if row.key is not None:
+            c = moved(e.start)
+            if c > current and c > keyed.get(row.key, MIN_TIME):
+                keyed[row.key] = c
+                out.append(_Row(row.position, cti(c), row.key))
+            continue
         if e.is_cti:
             c = moved(e.start)
             if c > current:
@@ -946,6 +1125,46 @@ def _lifetime(rows: list[_Row], move: Callable[[int], int], duration: int | None
     return out
 
 
+def _joins_in(node: Node) -> bool:
+    """A Join or AntiJoin at or below ``node``."""
+    if isinstance(node, Join | AntiJoin):
+        return True
+    if isinstance(node, Union):
+        return any(_joins_in(c) for c in node.children)
+    child = getattr(node, "child", None)
+    return child is not None and _joins_in(child)
+
+
+class _KeyedMerge:
+    """Per-key CTIs of an operator with several inputs (rule 5): per input its latest keyed CTI
+    of each key; after the rows of a position, each key with a keyed row there gets ``v = min
+    over inputs of max(input's latest global CTI, its latest keyed CTI of the key)``, emitted as
+    a keyed row when above the operator's latest global output CTI and its last keyed output of
+    the key."""
+
+    def __init__(self, n: int) -> None:
+        self.latest: list[dict[tuple[str, Any], int]] = [{} for _ in range(n)]
+        self.emitted: dict[tuple[str, Any], int] = {}
+        self.touched: list[tuple[str, Any]] = []
+
+    def take(self, child: int, row: _Row) -> None:
+        assert row.key is not None
+        mine = self.latest[child]
+        mine[row.key] = max(mine.get(row.key, MIN_TIME), row.event.start)
+        if row.key not in self.touched:
+            self.touched.append(row.key)
+
+    def emit(self, pos: Position, latest: list[int], current: int, out: list[_Row]) -> None:
+        for key in sorted(self.touched, key=lambda kk: kk[1]):
+            v = min(
+                max(g, mine.get(key, MIN_TIME)) for g, mine in zip(latest, self.latest, strict=True)
+            )
+            if v > current and v > self.emitted.get(key, MIN_TIME):
+                self.emitted[key] = v
+                out.append(_Row(pos, cti(v), key))
+        self.touched.clear()
+
+
 def _union(children: list[list[_Row]]) -> list[_Row]:
     """Events at their positions; CTI = min over children of their latest CTI, when it rises.
 
@@ -960,6 +1179,7 @@ def _union(children: list[list[_Row]]) -> list[_Row]:
     ]
     tagged.sort(key=lambda t: (t[0], t[1], t[2]))
     latest = [MIN_TIME] * len(children)
+    keyed = _KeyedMerge(len(children))
     current = MIN_TIME
     out: list[_Row] = []
     i = 0
@@ -967,7 +1187,9 @@ def _union(children: list[list[_Row]]) -> list[_Row]:
         pos = tagged[i][0]
         while i < len(tagged) and tagged[i][0] == pos:
             _, child, _, row = tagged[i]
-            if row.event.is_cti:
+            if row.key is not None:
+                keyed.take(child, row)
+            elif row.event.is_cti:
                 latest[child] = row.event.start
             else:
                 out.append(row)
@@ -976,6 +1198,7 @@ def _union(children: list[list[_Row]]) -> list[_Row]:
         if value > current:
             current = value
             out.append(_Row(pos, cti(value)))
+        keyed.emit(pos, latest, current, out)
     return out
 
 
@@ -1002,9 +1225,20 @@ def _sort_key(event: Event) -> tuple:
     return (event.start, 0 if event.edge is EdgeType.START else 1, event.end, payload)
 
 
+def _of_key(event: Event, key: tuple[str, Any]) -> bool:
+    """The event's payload has column ``key[0]`` with value ``key[1]`` (never null)."""
+    column, k = key
+    return column in event.payload and event.payload[column] == k
+
+
 def _egress(rows: list[_Row], shape: EventShape) -> list[Event]:
     """Semantics §6 with decisions.md "Egress": release each item with the first output CTI
-    satisfying its consumer rule; each segment sorted, then its CTI."""
+    satisfying its consumer rule; each segment sorted, then its CTI.
+
+    Per-key CTIs (module docstring, rule 7): a keyed row ``(K, k, c)`` releases, sorted the same
+    way, the pending items whose payload has ``K`` equal to ``k`` and ``due < c``; no CTI is
+    delivered for it. (Edges never meet keyed rows: inputs with ``over`` are point inputs and
+    the operators that make edges drop keyed rows.)"""
     pending: list[_Pending] = []
     open_edges: list[_RootEdge] = []
     output: list[Event] = []
@@ -1017,7 +1251,11 @@ def _egress(rows: list[_Row], shape: EventShape) -> list[Event]:
     for row in rows:
         e = row.event
         payload = dict(e.payload)
-        if e.is_cti:
+        if row.key is not None:
+            due = [p for p in pending if p.due < e.start and _of_key(p.event, row.key)]
+            pending[:] = [p for p in pending if p not in due]
+            output.extend(sorted((p.event for p in due), key=_sort_key))
+        elif e.is_cti:
             c = e.start
             released = [p.event for p in pending if p.due < c]
             pending[:] = [p for p in pending if not p.due < c]
@@ -1155,11 +1393,16 @@ def _run(
             ing.on_stop()
 
     rows = {ing.name: ing.rows for ing in ingresses}
+    root = _evaluate(plan, rows)
     return Result(
-        output=_egress(_evaluate(plan, rows), shape),
-        ingress={ing.name: [r.event for r in ing.rows] for ing in ingresses},
+        output=_egress(root, shape),
+        ingress={ing.name: [r.event for r in _global_only(ing.rows)] for ing in ingresses},
         counts={ing.name: ing.report() for ing in ingresses},
         ordering={ing.name: ing.ordering.trace for ing in ingresses if ing.ordering is not None},
+        keyed_ctis={
+            ing.name: [_keyed(r) for r in ing.rows if r.key is not None] for ing in ingresses
+        },
+        root_keyed_ctis=[_keyed(r) for r in root if r.key is not None],
     )
 
 

@@ -81,6 +81,13 @@ class Ordering:
             return None
         return saturating_sub(sub.max_seen, self.tolerance)
 
+    def watermark(self, partition: str, key: Any) -> int | None:
+        """The current watermark of the substream ``(partition, key)`` (``key`` None without
+        ``over``); None while it has seen no event time (the interpreter's per-key CTIs read it
+        as -inf)."""
+        sub = self.substreams.get((partition, key))
+        return None if sub is None else self._watermark(sub)
+
     def on_event(
         self, partition: str, payload: dict[str, Any], arrival: int, position: tuple
     ) -> Decision:
