@@ -283,38 +283,13 @@ def order_epoch(
 
     kept = events.filter(c("__as").isNotNull())
     kept = kept.withColumn(START, c("__as")).withColumn(END, c("__as") + 1).select(*raw.columns)
-    after = F.struct(
-        *[c(f"{POS}.{n}").alias(n) for n in ("arr", "inp", "off", "part")],
-        F.lit(1).cast("int").alias("sub"),
-    )
-    marks = events.filter(c("__wm").isNotNull()).select(
-        F.lit("WM").alias(KIND),
-        c("__wm").alias(START),
-        "__arr",
-        "__inp",
-        "__off",
-        _P,
-        after.alias(POS),
-    )
+    marks = _marks(events, c("__wm").isNotNull(), "WM", c("__wm"), 1)
     rows = raw.filter(c(KIND) != "INSERT").unionByName(kept).unionByName(marks, True)
     if over is not None:
         # A KWM row after each event that raises its substream's watermark (sub-position 2, after
         # the partition's WM row): ingress makes the key's CTI from it (engine.ingress).
         rose = c("__ma").isNotNull() & (c("__mb").isNull() | (c("__ma") > c("__mb")))
-        after_wm = F.struct(
-            *[c(f"{POS}.{n}").alias(n) for n in ("arr", "inp", "off", "part")],
-            F.lit(2).cast("int").alias("sub"),
-        )
-        key_marks = events.filter(rose & c(over).isNotNull()).select(
-            F.lit("KWM").alias(KIND),
-            c("__w").alias(START),
-            "__arr",
-            "__inp",
-            "__off",
-            _P,
-            after_wm.alias(POS),
-            over,
-        )
+        key_marks = _marks(events, rose & c(over).isNotNull(), "KWM", c("__w"), 2, over)
         rows = rows.unionByName(key_marks, True)
 
     per_part = events.groupBy(_P).agg(
@@ -347,6 +322,28 @@ def order_epoch(
             d = r.asDict()
             trace.append({"pos": tuple(d.pop(POS)), **d})
     return rows, new
+
+
+def _marks(
+    events: DataFrame, when: Column, kind: str, value: Column, sub: int, *extra: str
+) -> DataFrame:
+    """A ``kind`` row with ``value`` right after each event where ``when`` holds: the event's
+    position with sub-position ``sub``."""
+    c = F.col
+    after = F.struct(
+        *[c(f"{POS}.{n}").alias(n) for n in ("arr", "inp", "off", "part")],
+        F.lit(sub).cast("int").alias("sub"),
+    )
+    return events.filter(when).select(
+        F.lit(kind).alias(KIND),
+        value.alias(START),
+        "__arr",
+        "__inp",
+        "__off",
+        _P,
+        after.alias(POS),
+        *extra,
+    )
 
 
 def _decisions(events: DataFrame, over: str | None) -> DataFrame:
