@@ -459,6 +459,8 @@ class Runtime:
                 trace,
             )
             flows[id(b.node)] = flow
+            if trace is not None:  # the input's keyed CTIs (made after trace.ingress)
+                trace.input_flow(b.spec, flow)
         for node in walk(self.root):
             if isinstance(node, InputNode):
                 continue

@@ -10,15 +10,21 @@ below the lowest time for ``no-event-time``, a plus for several), explicit CTIs 
 diamonds (grey when ignored), the end of input as a dashed line, and the input's CTIs (explicit,
 generated, imported, merged over partitions) as a step line. A last panel shows each stateful
 operator's output CTIs and the query's output CTIs as step lines, over the inputs' CTIs in faint.
+A stream with substreams (an input with ``EventOrderingSettings(over=...)`` and the stateful
+operators that keep its key) also has a thin step line per key: the key's CTI, the larger of the
+stream's latest CTI and the key's latest keyed CTI (docs/decisions.md, "Per-key CTIs"), drawn
+where it is above the stream's CTI: from the stream's line up to each keyed CTI (a dot) until the
+stream's CTI catches up. At most ``max_keys`` keys per stream (10; the first to get a keyed
+CTI), and the page says how many were left out.
 Dotted vertical lines are the epoch cuts. CTIs at ``+inf`` are drawn on a row above the finite
 range, and the CTIs that flush inputs when a bounded run stops in a "stop" column on the right.
 
 The PNG is drawn with matplotlib (Agg, no pyplot state). The HTML page is self-contained: one
 file, inline SVG and CSS, no scripts; every mark is an element with a class and ``data-``
 attributes (``event kept|dropped|adjusted`` with ``data-reason`` and ``data-adjusted``,
-``explicit-cti``, ``cti input-cti|operator-cti|output-cti``, ``epoch-cut``, ``end-of-input``) and
-a tooltip (``<title>``); the legend and the summary table count dropped and adjusted events by
-reason.
+``explicit-cti``, ``cti input-cti|operator-cti|output-cti``, ``epoch-cut``, ``end-of-input``;
+per key ``key-cti-line`` and ``keyed-cti`` with ``data-key``, and ``keys-left-out``) and a tooltip
+(``<title>``); the legend and the summary table count dropped and adjusted events by reason.
 """
 
 from __future__ import annotations
@@ -31,13 +37,38 @@ from pathlib import Path
 from typing import Any
 
 from engine.temporal import MAX_TIME, MIN_TIME, to_datetime
-from engine.trace import INPUT_CTI, ITEM, OPERATOR_CTI, OUTPUT_CTI, Trace, TraceItem
+from engine.trace import (
+    INPUT_CTI,
+    INPUT_KEYED_CTI,
+    ITEM,
+    OPERATOR_CTI,
+    OPERATOR_KEYED_CTI,
+    OUTPUT_CTI,
+    Trace,
+    TraceItem,
+)
 
-__all__ = ["Timeline"]
+__all__ = ["MAX_KEYS", "Timeline"]
+
+#: Keys drawn per stream with substreams (the first to get a keyed CTI); the rest are counted.
+MAX_KEYS = 10
 
 _INPUT_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f"]
 _OPERATOR_COLORS = ["#e377c2", "#bcbd22", "#17becf", "#8c564b", "#7f7f7f", "#9467bd"]
 _DROP, _ADJUST, _IGNORED, _OUTPUT = "#d62728", "#ff7f0e", "#aaaaaa", "#000000"
+#: Per-key CTI lines (darker and lighter shades, away from the dropped red and adjusted orange).
+_KEY_COLORS = [
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#7b4173",
+    "#3182bd",
+    "#31a354",
+    "#756bb1",
+    "#843c39",
+    "#636363",
+    "#9c9ede",
+]
 _COUNTER_LIMIT = 10**10  # below this, stamps read as counters (memory scripts), not as dates
 #: Reasons in the order legends list them, and the marker of each (matplotlib's names; the SVG
 #: draws the same shapes). Other reasons: a cross (dropped) or a circle (adjusted); several: "P".
@@ -110,7 +141,7 @@ def _axis(values: list[int], what: str, counter_title: str, inf_label: str) -> _
     finite = [v for v in values if MIN_TIME < v < MAX_TIME] or [0]
     lo_t, hi_t = min(finite), max(finite)
     has_inf = any(v >= MAX_TIME for v in values)
-    if lo_t >= 0 and hi_t < _COUNTER_LIMIT:
+    if lo_t > -_COUNTER_LIMIT and hi_t < _COUNTER_LIMIT:  # near 0 (negative CTIs too): counters
         title, origin, unit, counter = counter_title, 0, 1, True
     else:
         span = hi_t - lo_t
@@ -161,6 +192,13 @@ class _Line:
     dash: str | None
     points: list[tuple[float, float, TraceItem]]
     faint: bool = False
+    # A key's CTI line (``role`` is a keyed role): ``segments`` the polylines where the key's CTI
+    # is above the stream's; ``values[i]`` the key's CTI at ``points[i]`` (a keyed CTI);
+    # ``steps`` the (arrival, key's CTI) changes drawn, ending where the stream's CTI catches up.
+    key: str | None = None
+    segments: list[list[tuple[float, float]]] = field(default_factory=list)
+    values: list[int] = field(default_factory=list)
+    steps: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -175,6 +213,7 @@ class _Panel:
     explicit: list[_Mark] = field(default_factory=list)
     ends: list[_Mark] = field(default_factory=list)
     lines: list[_Line] = field(default_factory=list)
+    keys_left_out: list[tuple[str, int, int]] = field(default_factory=list)  # (what, drawn, all)
 
 
 def _marker(item: TraceItem) -> str:
@@ -232,11 +271,13 @@ class Timeline:
     """The timeline of one traced run (driver). Made by ``query.timeline()``; renders on demand.
 
     ``png(path)`` returns (and writes, when given a path) the PNG bytes; ``html(path)`` the
-    self-contained page. Both draw the same picture.
+    self-contained page. Both draw the same picture. ``max_keys``: per-key CTI lines drawn per
+    stream with substreams.
     """
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, max_keys: int = MAX_KEYS) -> None:
         self.trace = trace
+        self.max_keys = max_keys
         t = trace
         ys: list[int] = []
         xs: list[int] = []
@@ -251,6 +292,8 @@ class Timeline:
                     ys.append(it.end)
         ctis = [c for n in t.inputs for c in t.input_ctis(n)]
         ctis += [c for op in t.operators for c in t.operator_ctis(op)] + t.output_ctis()
+        ctis += [c for n in t.inputs for c in t.input_keyed_ctis(n)]
+        ctis += [c for op in t.operators for c in t.operator_keyed_ctis(op)]
         xs += [c.arrival for c in ctis]
         ys += [c.start for c in ctis if c.start is not None]
         self.x = _axis(xs + t.cuts, "arrival", "arrival stamp", "stop")
@@ -261,11 +304,19 @@ class Timeline:
             INPUT_CTI: "input {} CTIs",
             OPERATOR_CTI: "operator {} CTIs",
             OUTPUT_CTI: "query {} output CTIs",
+            INPUT_KEYED_CTI: "input {} keyed CTIs",
+            OPERATOR_KEYED_CTI: "operator {} keyed CTIs",
         }
         self.notes = [
             f"{what.get(role, role + ' {}').format(name)}: {shown:,} of {seen:,} shown "
             f"(deterministic sample, cap {t.cap:,} per series)"
             for (role, name), (shown, seen) in t.sampled().items()
+        ]
+        self.key_notes = [
+            f"{series}: per-key CTIs drawn for {drawn} of {total:,} keys (the first to get a "
+            f"keyed CTI); {total - drawn:,} left out"
+            for p in self.panels
+            for series, drawn, total in p.keys_left_out
         ]
 
     def _line(self, label, role, name, items, color, width, dash=None, faint=False) -> _Line:
@@ -296,25 +347,110 @@ class Timeline:
             ctis = t.input_ctis(name)
             p.lines.append(self._line(f"CTIs of {name}", INPUT_CTI, name, ctis, color, 1.8))
             refs.append(self._line(f"{name}", INPUT_CTI, name, ctis, color, 1.0, faint=True))
+            keyed = t.input_keyed_ctis(name)
+            self._add_keys(p, f"input {name}", "", INPUT_KEYED_CTI, name, ctis, keyed)
             events = len(p.kept) + len(p.dropped) + len(p.adjusted)
             sampled = " (sampled)" if (ITEM, name) in t.sampled() else ""
             p.title = (
                 f"input {name}: {events} events{sampled} ({len(p.dropped)} dropped, "
                 f"{len(p.adjusted)} adjusted), {len(ctis)} CTIs"
             )
+            if keyed:
+                p.title += f", {len(keyed)} keyed CTIs of {len({k.key for k in keyed})} keys"
             panels.append(p)
         out = _Panel("output", t.query, f"query {t.query}: output CTIs and operators' CTIs", "")
         out.lines.extend(refs)
         for i, op in enumerate(t.operators):
             color = _OPERATOR_COLORS[i % len(_OPERATOR_COLORS)]
-            out.lines.append(
-                self._line(f"operator {op}", OPERATOR_CTI, op, t.operator_ctis(op), color, 2.0)
-            )
+            ctis = t.operator_ctis(op)
+            out.lines.append(self._line(f"operator {op}", OPERATOR_CTI, op, ctis, color, 2.0))
+            keyed = t.operator_keyed_ctis(op)
+            self._add_keys(out, f"operator {op}", f"{op} ", OPERATOR_KEYED_CTI, op, ctis, keyed)
         out.lines.append(
             self._line("output CTIs", OUTPUT_CTI, t.query, t.output_ctis(), _OUTPUT, 2.2, "4,3")
         )
         panels.append(out)
         return panels
+
+    def _add_keys(
+        self,
+        panel: _Panel,
+        what: str,
+        prefix: str,
+        role: str,
+        name: str,
+        ctis: list[TraceItem],
+        keyed: list[TraceItem],
+    ) -> None:
+        """Add a stream's per-key CTI lines to ``panel``: at most ``max_keys`` keys, the first
+        to get a keyed CTI (the others are counted in ``keys_left_out``).
+
+        A key's CTI is the larger of the stream's latest CTI and the key's latest keyed CTI (a
+        keyed CTI at the position of a CTI comes after it). Its line is drawn where it is above
+        the stream's CTI: from the stream's line up to a keyed CTI, on through the key's later
+        ones, and back to the stream's line where the stream's CTI reaches it (or to the right
+        end)."""
+        if not keyed:
+            return
+        x, y = self.x, self.y
+        keys = list(dict.fromkeys(str(k.key) for k in keyed))
+        drawn = keys[: self.max_keys]
+        if len(drawn) < len(keys):
+            panel.keys_left_out.append((what, len(drawn), len(keys)))
+        lines = {
+            key: _Line(
+                f"{prefix}key {_short(key)}",
+                role,
+                name,
+                _KEY_COLORS[i % len(_KEY_COLORS)],
+                1.1,
+                None,
+                [],
+                key=key,
+            )
+            for i, key in enumerate(drawn)
+        }
+        merged = sorted(
+            [(c.position, 0, "", c) for c in ctis if c.start is not None]
+            + [(k.position, 1, str(k.key), k) for k in keyed if k.start is not None],
+            key=lambda e: e[:3],
+        )
+        stream = MIN_TIME
+        latest: dict[str, int] = {}
+        open_: dict[str, list[tuple[float, float]]] = {}  # the segment of each key above
+        for _, typ, key, it in merged:
+            ax = x.at(it.arrival)
+            if typ == 0:  # the stream's CTI rises: the keys it reaches join its line
+                stream = it.start
+                for k, seg in list(open_.items()):
+                    if stream >= latest[k]:
+                        seg.append((ax, y.at(latest[k])))
+                        del open_[k]
+                        lines[k].steps.append((it.arrival, stream))
+                continue
+            line = lines.get(key)
+            if line is None:
+                continue
+            before = max(stream, latest.get(key, MIN_TIME))
+            latest[key] = max(latest.get(key, it.start), it.start)
+            now = max(stream, latest[key])
+            line.points.append((ax, y.at(it.start), it))
+            line.values.append(now)
+            if now <= before:  # not a rise (a sampled trace may miss the ones between)
+                continue
+            seg = open_.get(key)
+            if seg is None:  # from the stream's line
+                seg = [] if stream <= MIN_TIME else [(ax, y.at(stream))]
+                line.segments.append(seg)
+                open_[key] = seg
+            else:
+                seg.append((ax, y.at(before)))
+            seg.append((ax, y.at(now)))
+            line.steps.append((it.arrival, now))
+        for seg in open_.values():
+            if seg[-1][0] < x.high:
+                seg.append((x.high, seg[-1][1]))
+        panel.lines.extend(lines.values())
 
     def _step(self, line: _Line) -> tuple[list[float], list[float]]:
         """The step line's vertices: each CTI holds until the next, the last to the right end."""
@@ -337,7 +473,8 @@ class Timeline:
         from matplotlib.figure import Figure
 
         n = len(self.panels)
-        height = 1.3 + 2.8 * n + 0.2 * len(self.notes)
+        notes = [(note, _DROP) for note in self.notes] + [(k, "#555555") for k in self.key_notes]
+        height = 1.3 + 2.8 * n + 0.2 * len(notes)
         fig = Figure(figsize=(12, height), dpi=100)
         FigureCanvasAgg(fig)
         axes = fig.subplots(n, 1, sharex=True, sharey=True, squeeze=False)[:, 0]
@@ -352,9 +489,9 @@ class Timeline:
         ax.set_xlabel(self.x.title)
         fig.supylabel(self.y.title, fontsize=10)
         fig.suptitle(f"timeline of query {self.trace.query}", fontsize=12)
-        for i, note in enumerate(self.notes):
-            fig.text(0.01, 0.005 + 0.2 * i / height, note, color=_DROP, fontsize=8)
-        bottom = (0.7 + 0.2 * len(self.notes)) / height
+        for i, (note, color) in enumerate(notes):
+            fig.text(0.01, 0.005 + 0.2 * i / height, note, color=color, fontsize=8)
+        bottom = (0.7 + 0.2 * len(notes)) / height
         fig.subplots_adjust(left=0.08, right=0.76, top=1 - 0.6 / height, bottom=bottom, hspace=0.3)
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
@@ -371,6 +508,25 @@ class Timeline:
         if self.x.inf is not None:
             ax.axvline(self.x.inf, color="#eeeeee", lw=6, zorder=0)
         for line in panel.lines:
+            if line.key is not None:  # a key's CTI: thin, where above the stream's
+                for j, seg in enumerate(line.segments):
+                    ax.plot(
+                        [p[0] for p in seg],
+                        [p[1] for p in seg],
+                        color=line.color,
+                        lw=line.width,
+                        label=None if j else line.label,
+                        zorder=2.5,
+                    )
+                ax.scatter(
+                    [p[0] for p in line.points],
+                    [p[1] for p in line.points],
+                    s=12,
+                    color=line.color,
+                    label=None if line.segments else line.label,
+                    zorder=4.5,  # on its key's event
+                )
+                continue
             xs, ys = self._step(line)
             if not xs:
                 continue
@@ -474,9 +630,18 @@ class Timeline:
             )
         for i, m in enumerate(panel.ends):
             ax.axvline(m.x, color=panel.color, ls="--", lw=1, label=None if i else "end of input")
+        for what, drawn, total in panel.keys_left_out:
+            ax.plot([], [], " ", label=f"{what}: {total - drawn:,} more keys not drawn")
         ax.set_title(panel.title, loc="left", fontsize=10)
         ax.grid(alpha=0.2)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+        entries = len(ax.get_legend_handles_labels()[1])
+        ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(1.005, 1.0),
+            fontsize=8 if entries <= 14 else 7,
+            frameon=False,
+            ncols=1 if entries <= 14 else 2,
+        )
 
     # -- HTML ------------------------------------------------------------------------------
     def html(self, path: str | Path | None = None) -> str:
@@ -484,6 +649,13 @@ class Timeline:
         t = self.trace
         q = _esc(t.query)
         notes = "".join(f'<p class="sampled">{_esc(n)}</p>' for n in self.notes)
+        notes += "".join(
+            f'<p class="keys-left-out" data-series="{_esc(what)}" data-drawn="{drawn}" '
+            f'data-keys="{total}">{_esc(note)}</p>'
+            for (what, drawn, total), note in zip(
+                [k for p in self.panels for k in p.keys_left_out], self.key_notes, strict=True
+            )
+        )
         page = (
             "<!DOCTYPE html>\n"
             f'<html lang="en"><head><meta charset="utf-8"><title>timeline of query {q}</title>'
@@ -500,7 +672,11 @@ class Timeline:
     def _svg(self) -> str:
         left, right, top, plot_w, plot_h, gap = 90, 230, 20, 840, 230, 80
         width = left + plot_w + right
-        height = top + len(self.panels) * (plot_h + gap) + 10
+        legends = [self._svg_legend_rows(p) for p in self.panels]
+        # a panel whose legend is taller than its plot (many keys) takes the room it needs
+        spans = [max(plot_h, 17 * len(rows)) + gap for rows in legends]
+        tops = [top + sum(spans[:i]) for i in range(len(spans))]
+        height = top + sum(spans) + 10
         x, y = self.x, self.y
 
         def sx(v: float) -> float:
@@ -514,7 +690,7 @@ class Timeline:
             f'fill="{_ADJUST}"/></marker></defs>',
         ]
         for i, panel in enumerate(self.panels):
-            y0 = top + i * (plot_h + gap) + 24
+            y0 = tops[i] + 24
 
             def sy(v: float, y0: float = y0) -> float:
                 return round(y0 + plot_h - (v - y.low) / (y.high - y.low) * plot_h, 2)
@@ -552,9 +728,9 @@ class Timeline:
                     f"<title>epoch cut at arrival {_esc(x.describe(cut))}</title></line>"
                 )
             parts.extend(self._svg_panel(panel, sx, sy, y0, plot_h))
-            parts.append(self._svg_legend(panel, left + plot_w + 14, y0 + 6))
+            parts.append(self._svg_legend(legends[i], left + plot_w + 14, y0 + 6))
             parts.append("</g>")
-        last = top + len(self.panels) * (plot_h + gap) - gap + 24 + plot_h
+        last = tops[-1] + 24 + plot_h
         parts.append(
             f'<text x="{left + plot_w / 2}" y="{last + 32}" text-anchor="middle">'
             f"{_esc(x.title)}</text>"
@@ -599,7 +775,11 @@ class Timeline:
                 s += f"; CTI in force {y.describe(it.cti)}"
             return f"<title>{_esc(s)}</title>"
 
+        keys: list[str] = []  # drawn last: a keyed CTI's dot sits on its key's event
         for line in panel.lines:
+            if line.key is not None:
+                keys.extend(self._svg_key_line(line, sx, sy))
+                continue
             xs, ys = self._step(line)
             if not xs:
                 continue
@@ -676,21 +856,88 @@ class Timeline:
                 f'marker-end="url(#arrow)"/>{_svg_mark(marker, px, py, _ADJUST, filled=False)}'
                 f"{_svg_mark(marker, px, py2, _ADJUST)}</g>"
             )
+        return out + keys
+
+    def _svg_key_line(self, line: _Line, sx, sy) -> list[str]:
+        """A key's CTI line (``key-cti-line``, ``data-steps``: ``arrival:CTI`` where the key's
+        CTI changes, the last where the stream's CTI catches up) and its keyed CTIs
+        (``keyed-cti``, ``data-value`` the keyed CTI, ``data-key-cti`` the key's CTI there)."""
+        x, y = self.x, self.y
+        series, key = _esc(line.name), _esc(line.key)
+        what = f"{'input' if line.role == INPUT_KEYED_CTI else 'operator'} {line.name}"
+        out = []
+        d = " ".join(
+            f"{'L' if i else 'M'}{sx(a)},{sy(b)}"
+            for seg in line.segments
+            for i, (a, b) in enumerate(seg)
+        )
+        steps = " ".join(f"{_val(a, 'stop')}:{_val(v)}" for a, v in line.steps)
+        said = ", ".join(f"{y.describe(v)} at arrival {x.describe(a)}" for a, v in line.steps)
+        if d:
+            out.append(
+                f'<path class="key-cti-line {line.role}" data-series="{series}" '
+                f'data-key="{key}" data-steps="{steps}" d="{d}" fill="none" '
+                f'stroke="{line.color}" stroke-width="{line.width}"><title>'
+                f"{_esc(f'{what}, key {line.key}: CTI {said}')}</title></path>"
+            )
+        for (px, py, c), v in zip(line.points, line.values, strict=True):
+            tip = (
+                f"{what}, key {line.key}: keyed CTI {y.describe(c.start)} at arrival "
+                f"{x.describe(c.arrival)}; the key's CTI {y.describe(v)}"
+            )
+            out.append(
+                f'<circle class="keyed-cti {line.role}" data-series="{series}" '
+                f'data-key="{key}" data-value="{_val(c.start)}" data-key-cti="{_val(v)}" '
+                f'data-arrival="{_val(c.arrival, "stop")}" cx="{sx(px)}" cy="{sy(py)}" r="2.2" '
+                f'fill="{line.color}"><title>{_esc(tip)}</title></circle>'
+            )
         return out
 
-    def _svg_legend(self, panel: _Panel, lx: float, ly: float) -> str:
-        rows: list[tuple[str, str]] = []
+    def _svg_legend_rows(self, panel: _Panel) -> list[list[tuple[str, str]]]:
+        """The legend's rows of (swatch, text) cells; keys two to a row."""
+        rows: list[list[tuple[str, str]]] = []
+        left_out = {what: total - drawn for what, drawn, total in panel.keys_left_out}
+        series = None
         for line in panel.lines:
             if line.faint:
                 continue
             dash = ' stroke-dasharray="6,4"' if line.dash else ""
-            rows.append(
-                (
-                    f'<line x1="0" y1="0" x2="18" y2="0" stroke="{line.color}" '
-                    f'stroke-width="{line.width}"{dash}/>',
-                    line.label,
-                )
+            swatch = (
+                f'<line x1="0" y1="0" x2="18" y2="0" stroke="{line.color}" '
+                f'stroke-width="{line.width}"{dash}/>'
             )
+            if line.key is None:
+                rows.append([(swatch, line.label)])
+                series = None
+                continue
+            if series != (line.role, line.name):  # the first key of a stream
+                series = (line.role, line.name)
+                what = f"{'input' if line.role == INPUT_KEYED_CTI else 'operator'} {line.name}"
+                rows.append([("", f"per-key CTIs of {line.name}:")])
+                more = left_out.get(what)
+                if more:  # says so before its keys: the last row may be a key's
+                    rows.append([("", f"(+{more:,} keys not drawn)")])
+                rows.append([])
+            if len(rows[-1]) == 2:
+                rows.append([])
+            rows[-1].append((swatch, _short(line.key, 12)))
+        return rows + [[cell] for cell in self._svg_legend_marks(panel)]
+
+    def _svg_legend(self, rows: list[list[tuple[str, str]]], lx: float, ly: float) -> str:
+        out = [f'<g class="legend" transform="translate({lx},{ly})">']
+        for k, cells in enumerate(rows):
+            for j, (swatch, text) in enumerate(cells):
+                tx = 24 if swatch else 0
+                out.append(
+                    f'<g transform="translate({j * 104},{k * 17})">{swatch}<text x="{tx}" y="4">'
+                    f"{_esc(text)}</text></g>"
+                )
+        out.append("</g>")
+        return "".join(out)
+
+    def _svg_legend_marks(self, panel: _Panel) -> list[tuple[str, str]]:
+        """The legend rows of an input's marks (or of the output panel's faint lines)."""
+        rows: list[tuple[str, str]] = []
         if panel.kind == "input":
             rows.append((f'<circle cx="9" cy="0" r="3.5" fill="{panel.color}"/>', "event"))
             for reason, ms in _by_reason(panel.dropped) or [("", [])]:
@@ -716,17 +963,20 @@ class Timeline:
             rows.append(
                 ('<line x1="0" y1="0" x2="18" y2="0" stroke="#999" stroke-width="1"/>', "inputs")
             )
-        out = [f'<g class="legend" transform="translate({lx},{ly})">']
-        for k, (swatch, text) in enumerate(rows):
-            out.append(
-                f'<g transform="translate(0,{k * 17})">{swatch}<text x="24" y="4">'
-                f"{_esc(text)}</text></g>"
-            )
-        out.append("</g>")
-        return "".join(out)
+        return rows
 
     def _summary(self) -> str:
         t, y = self.trace, self.y
+        keyed = {n: t.input_keyed_ctis(n) for n in t.inputs}
+        keyed |= {f"operator {op}": t.operator_keyed_ctis(op) for op in t.operators}
+        any_keyed = any(keyed.values())
+
+        def keys(name: str) -> str:  # with substreams: "keyed CTIs (keys)"
+            if not any_keyed:
+                return ""
+            ks = keyed.get(name) or []
+            return f"<td>{len(ks)} ({len({k.key for k in ks})})</td>" if ks else "<td></td>"
+
         rows = []
         for p in self.panels:
             if p.kind != "input":
@@ -737,7 +987,7 @@ class Timeline:
                 f'<tr class="input" data-input="{_esc(p.name)}"><td>input {_esc(p.name)}</td>'
                 f"<td>{len(p.kept)}</td><td>{_esc(_counts(p.dropped))}</td>"
                 f"<td>{_esc(_counts(p.adjusted))}</td>"
-                f"<td>{len(ctis)}</td><td>{_esc(last)}</td></tr>"
+                f"<td>{len(ctis)}</td><td>{_esc(last)}</td>{keys(p.name)}</tr>"
             )
         for label, ctis in [(f"operator {op}", t.operator_ctis(op)) for op in t.operators] + [
             ("output", t.output_ctis())
@@ -745,11 +995,12 @@ class Timeline:
             last = y.describe(ctis[-1].start) if ctis else "-inf"
             rows.append(
                 f"<tr><td>{_esc(label)}</td><td></td><td></td><td></td><td>{len(ctis)}</td>"
-                f"<td>{_esc(last)}</td></tr>"
+                f"<td>{_esc(last)}</td>{keys(label)}</tr>"
             )
+        head = "<th>keyed CTIs (keys)</th>" if any_keyed else ""
         return (
             '<table class="summary"><thead><tr><th></th><th>kept</th><th>dropped</th>'
-            "<th>adjusted</th><th>CTIs</th><th>last CTI</th></tr></thead><tbody>"
+            f"<th>adjusted</th><th>CTIs</th><th>last CTI</th>{head}</tr></thead><tbody>"
             + "".join(rows)
             + "</tbody></table>"
         )
@@ -758,11 +1009,18 @@ class Timeline:
 _CSS = (
     "body{font-family:sans-serif;margin:16px;color:#222}"
     "h1{font-size:18px}.axes{color:#555}.sampled{color:#d62728;font-weight:bold}"
-    ".event:hover,.cti:hover{stroke:#000;stroke-width:1}"
+    ".event:hover,.cti:hover,.keyed-cti:hover{stroke:#000;stroke-width:1}"
+    ".key-cti-line:hover{stroke-width:2.5}.keys-left-out{color:#555}"
     "table.summary{border-collapse:collapse;margin-top:12px}"
     "table.summary td,table.summary th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
     "table.summary td:first-child{text-align:left}"
 )
+
+
+def _short(key: Any, n: int = 10) -> str:
+    """A key for a legend: at most ``n`` characters (the tooltips have it whole)."""
+    s = str(key)
+    return s if len(s) <= n else s[: n - 1] + "\u2026"
 
 
 def _esc(s: Any) -> str:

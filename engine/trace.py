@@ -11,7 +11,10 @@ extra Spark work. With one, the runtime calls its hooks on the driver, once per 
 * :meth:`Trace.ingress` from :func:`engine.ingress.ingress_epoch`, with the ingress's own
   DataFrame of the epoch (each item with the CTI in force before it and the DROP/ADJUST flags)
   and the input's resulting events and CTIs;
-* :meth:`Trace.operator` for each stateful operator, with its output flow;
+* :meth:`Trace.input_flow` right after it, with the flow ingress returned: for an input with
+  substreams (``EventOrderingSettings(over=...)``) its keyed CTIs, made after :meth:`ingress`;
+* :meth:`Trace.operator` for each stateful operator, with its output flow (its CTIs and, for a
+  stream with substreams, its keyed CTIs);
 * :meth:`Trace.end_epoch` once egress has run, with the query's root flow: it collects what the
   hooks gathered in **one small Spark job** and keeps it on the driver.
 
@@ -31,17 +34,21 @@ What is recorded (:class:`TraceItem`), per *series*:
 * ``input-cti``, per input: every CTI the input emitted (after partitions and imports);
 * ``operator-cti``, per stateful operator (labelled ``"<n>:<kind>"`` as in
   ``query.operator_metrics()``): every CTI it emitted;
-* ``output-cti``: the query's output CTIs.
+* ``output-cti``: the query's output CTIs;
+* ``input-keyed-cti`` and ``operator-keyed-cti``, per input and per stateful operator of a
+  stream with substreams: every keyed CTI it emitted, with its key (``key``, as a string). A
+  key's CTI is the larger of the stream's latest CTI and its latest keyed CTI
+  (docs/decisions.md, "Per-key CTIs"); the timeline draws it per key.
 
 A CTI's arrival is the arrival stamp of the position it sits at; the CTI that flushes an input
 when a bounded run stops has no arrival (``MAX_TIME``, drawn as "stop").
 
 **Cap.** Each series keeps at most ``cap`` items. Beyond that it keeps a deterministic sample:
-the items whose hash (of series and arrival position) is a multiple of ``2**level``, raising the
-level as the series grows. The hash does not depend on how the run is cut into epochs, the level
-is chosen in Spark from the epoch's count before anything is collected, so the driver never
-receives much more than ``cap`` items per series per epoch. :meth:`Trace.sampled` says which
-series were sampled, and the timeline says so on the picture.
+the items whose hash (of series, arrival position and key) is a multiple of ``2**level``,
+raising the level as the series grows. The hash does not depend on how the run is cut into
+epochs, the level is chosen in Spark from the epoch's count before anything is collected, so the
+driver never receives much more than ``cap`` items per series per epoch. :meth:`Trace.sampled`
+says which series were sampled, and the timeline says so on the picture.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from engine.plan import walk
-from engine.rows import CTI, EDGE, END, KIND, POS, START, Flow
+from engine.rows import CTI, EDGE, END, KEY, KIND, POS, START, Flow
 
 if TYPE_CHECKING:
     from engine.ingress import InputSpec
@@ -63,8 +70,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INPUT_CTI",
+    "INPUT_KEYED_CTI",
     "ITEM",
     "OPERATOR_CTI",
+    "OPERATOR_KEYED_CTI",
     "OUTPUT_CTI",
     "Trace",
     "TraceItem",
@@ -72,6 +81,7 @@ __all__ = [
 
 #: Series roles.
 ITEM, INPUT_CTI, OPERATOR_CTI, OUTPUT_CTI = "item", "input-cti", "operator-cti", "output-cti"
+INPUT_KEYED_CTI, OPERATOR_KEYED_CTI = "input-keyed-cti", "operator-keyed-cti"
 
 _HASH_SPACE = 1 << 40
 
@@ -84,7 +94,8 @@ class TraceItem:
     value of a CTI; ``arrival`` the arrival stamp of its position (``MAX_TIME``: at stop);
     ``position`` the full arrival position ``(arrival, input, offset, partition, sub)``;
     ``kind`` ``INSERT``, ``CTI`` or ``EOI`` (end of input); ``edge`` None, ``START`` or ``END``;
-    ``cti`` (items of an input) the CTI in force in the item's partition when it arrived.
+    ``cti`` (items of an input) the CTI in force in the item's partition when it arrived;
+    ``key`` (keyed CTIs) the substream key value, as a string.
     """
 
     role: str
@@ -98,6 +109,7 @@ class TraceItem:
     reason: str | None = None
     adjusted: int | None = None
     cti: int | None = None
+    key: str | None = None
 
     @property
     def arrival(self) -> int:
@@ -275,12 +287,23 @@ class Trace:
                 F.col("reason").cast("string"),
                 F.col("adjusted").cast("long"),
                 F.col("cti").cast("long"),
+                F.lit(None).cast("string").alias("key"),
             )
         )
 
+    def input_flow(self, spec: InputSpec, flow: Flow) -> None:
+        """Record the keyed CTIs input ``spec`` emitted in this epoch (``flow``: what its
+        ingress returned, right after :meth:`ingress`); nothing for an input without
+        substreams."""
+        if flow.keyed is not None:
+            self._add_ctis(INPUT_KEYED_CTI, spec.name, flow.keyed)
+
     def operator(self, node: Node, flow: Flow) -> None:
-        """Record the CTIs a stateful operator emitted in this epoch."""
-        self._add_ctis(OPERATOR_CTI, self._labels.get(id(node), type(node).__name__), flow.ctis)
+        """Record the CTIs (and keyed CTIs) a stateful operator emitted in this epoch."""
+        label = self._labels.get(id(node), type(node).__name__)
+        self._add_ctis(OPERATOR_CTI, label, flow.ctis)
+        if flow.keyed is not None:
+            self._add_ctis(OPERATOR_KEYED_CTI, label, flow.keyed)
 
     def end_epoch(self, root: Flow) -> None:
         """The epoch succeeded: record the query's output CTIs and collect everything recorded
@@ -303,7 +326,9 @@ class Trace:
             seen, level = F.lit(0), F.lit(0)
         needed = F.ceil(F.log2((seen + F.col("__cnt")) / F.lit(self.cap))).cast("int")
         df = df.withColumn("__lvl", F.greatest(level, needed, F.lit(0))).withColumn(
-            "__h", F.pmod(F.xxhash64("role", "name", POS), F.lit(_HASH_SPACE))
+            # a null key adds nothing to the hash: CTIs and items hash as (role, name, position)
+            "__h",
+            F.pmod(F.xxhash64("role", "name", POS, "key"), F.lit(_HASH_SPACE)),
         )
         sample = df.filter(F.pmod(F.col("__h"), F.expr("shiftleft(1L, __lvl)")) == 0).drop(
             "__key", "__cnt"
@@ -313,6 +338,8 @@ class Trace:
         self._merge(rows)
 
     def _add_ctis(self, role: str, name: str, ctis: DataFrame) -> None:
+        """CTIs (``__pos``, ``__c``) or keyed CTIs (also ``__kk``) of one series."""
+        key = F.col(KEY) if KEY in ctis.columns else F.lit(None)
         self._pending.append(
             ctis.select(
                 F.lit(role).alias("role"),
@@ -326,6 +353,7 @@ class Trace:
                 F.lit(None).cast("string").alias("reason"),
                 F.lit(None).cast("long").alias("adjusted"),
                 F.lit(None).cast("long").alias("cti"),
+                key.cast("string").alias("key"),
             )
         )
 
@@ -351,6 +379,7 @@ class Trace:
                 r["reason"],
                 r["adjusted"],
                 r["cti"],
+                r["key"],
             )
             new.setdefault(k, []).append((r["__h"], item))
         for k, n in counts.items():
@@ -358,7 +387,7 @@ class Trace:
             level = max(levels.get(k, 0), _level(s.seen, n, self.cap))
             s.seen += n
             s.rows.extend(new.get(k, []))
-            s.rows.sort(key=lambda r: r[1].position)
+            s.rows.sort(key=lambda r: (r[1].position, r[1].key or ""))
             s.thin(level, self.cap)
 
     # -- reading -------------------------------------------------------------------------------
@@ -374,16 +403,25 @@ class Trace:
         """The CTIs input ``input_name`` emitted, in order."""
         return self._get(INPUT_CTI, input_name)
 
+    def input_keyed_ctis(self, input_name: str) -> list[TraceItem]:
+        """The keyed CTIs input ``input_name`` emitted (each with its ``key``), in order; empty
+        for an input without substreams."""
+        return self._get(INPUT_KEYED_CTI, input_name)
+
     @property
     def operators(self) -> list[str]:
-        """Labels (``"<n>:<kind>"``) of the stateful operators that recorded CTIs, in plan
-        order."""
-        names = {n for (r, n) in self._series if r == OPERATOR_CTI}
+        """Labels (``"<n>:<kind>"``) of the stateful operators that recorded CTIs or keyed CTIs,
+        in plan order."""
+        names = {n for (r, n) in self._series if r in (OPERATOR_CTI, OPERATOR_KEYED_CTI)}
         return sorted(names, key=lambda n: (int(n.split(":", 1)[0]) if n[0].isdigit() else 0, n))
 
     def operator_ctis(self, label: str) -> list[TraceItem]:
         """The CTIs operator ``label`` emitted, in order."""
         return self._get(OPERATOR_CTI, label)
+
+    def operator_keyed_ctis(self, label: str) -> list[TraceItem]:
+        """The keyed CTIs operator ``label`` emitted (each with its ``key``), in order."""
+        return self._get(OPERATOR_KEYED_CTI, label)
 
     def output_ctis(self) -> list[TraceItem]:
         """The query's output CTIs, in order."""

@@ -464,3 +464,146 @@ def test_a_timeline_needs_a_traced_run(app):
             query.timeline()
     finally:
         app.queries.pop(query.name, None)
+
+
+# -- per-key CTIs: a keyed input (over="k") through a tumbling window grouped by the key --------
+# tests/bindings/test_substreams.py's _fast_and_slow(): late tolerance 100, out-of-order 0, no
+# early window, so the input's CTI is arrival - 100 at each event and each key's watermark is its
+# largest time; (t, arrival, k): (1, 10, a), (25, 11, a), (2, 12, b), (6, 105, b); the end of
+# input at 200 flushes (+inf). A key's CTI candidate max(input CTI, watermark) is emitted when
+# above the input's CTI and the key's last: a 1 at 10 (> -90), a 25 at 11, b 2 at 12, b 6 at 105
+# (> 5). A key's CTI is max(the stream's CTI, its latest keyed CTI): a's stays 25 until the +inf
+# at 200; b's is 2 from 12 until the input's 5 at 105 reaches it, then 6 (its keyed CTI there,
+# after the CTI) until 200.
+KEYED_CTIS = [(10, -90), (11, -89), (12, -88), (105, 5), (200, INF)]
+KEYED = [(10, "a", 1), (11, "a", 25), (12, "b", 2), (105, "b", 6)]
+# The window (operator 1) pulls each back to its window's start: CTIs -90 (-89, -88: no rise), 0
+# at 105, +inf; keyed: a 1 -> 0 at 10 (> -90), a 25 -> 20 at 11, b 2 -> 0 at 12; b 6 -> 0 at 105
+# is not above the window's CTI 0 there: none. So b's CTI (0) joins the window's at 105.
+WINDOW_KEYED_CTIS = [(10, -90), (105, 0), (200, INF)]
+WINDOW_KEYED = [(10, "a", 0), (11, "a", 20), (12, "b", 0)]
+# data-steps: "arrival:key's CTI" where it changes while above the stream's CTI, the last where
+# the stream's CTI reaches it.
+KEY_STEPS = {
+    ("input-keyed-cti", "kin", "a"): "10:1 11:25 200:+inf",
+    ("input-keyed-cti", "kin", "b"): "12:2 105:5 105:6 200:+inf",
+    ("operator-keyed-cti", "1:window", "a"): "10:0 11:20 200:+inf",
+    ("operator-keyed-cti", "1:window", "b"): "12:0 105:0",
+}
+
+
+def test_the_timeline_draws_each_keys_cti(app, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    from engine import EventOrderingSettings
+    from engine.timeline import Timeline
+
+    s = EventScript()
+    for t, arrival, k in ((1, 10, "a"), (25, 11, "a"), (2, 12, "b"), (6, 105, "b")):
+        s.insert("kin", point(0, {"k": k, "t": t, "v": 1.0}), arrival=arrival)
+    s.end("kin", arrival=200)
+    ordering = EventOrderingSettings(
+        event_time="t",
+        late_arrival_tolerance=100,
+        early_arrival_window=None,
+        over="k",
+        flush_on_stop=True,
+    )
+    stream = Stream.create(
+        "kin",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=s, schema="k string, t bigint, v double"),
+        EventShape.POINT,
+        ordering=ordering,
+    )
+    name = f"timeline{next(_names)}"
+    query = (
+        stream.tumbling_window(10)
+        .group_by("k")
+        .aggregate(n=F.count("*"))
+        .to_query(app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT)
+    )
+    try:
+        query.run(trace=True)
+        trace = query.trace
+
+        def keyed(items) -> list[tuple]:
+            return [(c.arrival, c.key, c.start) for c in items]
+
+        assert [(c.arrival, c.start) for c in trace.input_ctis("kin")] == KEYED_CTIS
+        assert keyed(trace.input_keyed_ctis("kin")) == KEYED
+        assert trace.operators == ["1:window"]
+        assert [(c.arrival, c.start) for c in trace.operator_ctis("1:window")] == WINDOW_KEYED_CTIS
+        assert keyed(trace.operator_keyed_ctis("1:window")) == WINDOW_KEYED
+
+        timeline = query.timeline()
+        page = timeline.html(tmp_path / "keyed.html")
+        svg = _svg(page)
+        value = {"+inf": INF}
+
+        def marks(role: str) -> list[tuple]:
+            return sorted(
+                (
+                    m["data-series"],
+                    int(m["data-arrival"]),
+                    m["data-key"],
+                    int(m["data-value"]),
+                    value.get(m["data-key-cti"]) or int(m["data-key-cti"]),
+                )
+                for m in _marks(svg, f"keyed-cti {role}")
+            )
+
+        # Each keyed CTI is a dot of its key, with the key's CTI there (here the keyed CTI: each
+        # is above the stream's CTI when emitted).
+        assert marks("input-keyed-cti") == sorted(("kin", a, k, c, c) for a, k, c in KEYED)
+        assert marks("operator-keyed-cti") == sorted(
+            ("1:window", a, k, c, c) for a, k, c in WINDOW_KEYED
+        )
+        lines = {
+            (role, m["data-series"], m["data-key"]): m["data-steps"]
+            for role in ("input-keyed-cti", "operator-keyed-cti")
+            for m in _marks(svg, f"key-cti-line {role}")
+        }
+        assert lines == KEY_STEPS
+        # Tooltips name the key; the legend lists the keys; the summary counts keyed CTIs (keys).
+        tips = {
+            (e.get("data-series"), e.get("data-key"), e.get("data-arrival")): e.find(
+                "{http://www.w3.org/2000/svg}title"
+            ).text
+            for e in svg.iter()
+            if (e.get("class") or "").startswith("keyed-cti")
+        }
+        assert tips[("kin", "b", "105")] == (
+            "input kin, key b: keyed CTI 6 at arrival 105; the key's CTI 6"
+        )
+        assert "per-key CTIs of kin:" in page and "per-key CTIs of 1:window:" in page
+        assert "<td>5</td><td>+inf</td><td>4 (2)</td>" in page  # input kin
+        assert "<td>3</td><td>+inf</td><td>3 (2)</td>" in page  # the window
+        assert 'class="keys-left-out"' not in page
+
+        # With one key at most: a's lines only, and the page says how many were left out.
+        few = _svg(Timeline(trace, max_keys=1).html())
+        assert {m["data-key"] for m in _marks(few, "keyed-cti input-keyed-cti")} == {"a"}
+        assert {m["data-key"] for m in _marks(few, "key-cti-line operator-keyed-cti")} == {"a"}
+        page = Timeline(trace, max_keys=1).html()
+        assert page.count('class="keys-left-out"') == 2
+        assert "input kin: per-key CTIs drawn for 1 of 2 keys" in page
+        assert "operator 1:window: per-key CTIs drawn for 1 of 2 keys" in page
+
+        png = timeline.png(tmp_path / "keyed.png")
+        img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+        pixels = img.reshape(-1, 3)
+        assert img.shape[0] >= 600 and img.shape[1] >= 1000
+        assert len(np.unique((pixels // 16) @ np.array([256, 16, 1]))) >= 20
+        assert 0.02 < (pixels != 255).any(axis=1).mean() < 0.6
+
+        def near(rgb: str) -> int:
+            want = np.array([int(rgb[i : i + 2], 16) for i in (1, 3, 5)])
+            return int((np.abs(pixels - want) <= 12).all(axis=1).sum())
+
+        # Thin lines are mostly antialiased: the exact colours are in the dots and the legend.
+        assert near("#393b79") > 40  # key a's (the first key's colour)
+        assert near("#637939") > 40  # key b's
+    finally:
+        app.queries.pop(name, None)
