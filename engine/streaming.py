@@ -284,7 +284,15 @@ class Streamer:
             self.dir.write_offsets(k, plan)
         t0 = time.perf_counter()
         self._execute(k, plan)
-        log.info("query %s: epoch %d in %.2f s", self.rt.name, k, time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        fields = {"query": self.rt.name, "epoch": k, "step_seconds": round(seconds, 3)}
+        log.info(
+            "query %s: epoch %d in %.2f s (reading included)",
+            self.rt.name,
+            k,
+            seconds,
+            extra={"ctistream": fields},
+        )
         if stopping:
             self.stopped = True
 
