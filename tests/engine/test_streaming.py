@@ -106,22 +106,27 @@ def test_a_started_query_over_bounded_input_gives_what_run_gives(app, capsys, ca
 def _produce(bootstrap: str, topic: str, rows: list[tuple[int, int, int, float]]) -> None:
     """``(n, partition, id, seconds)``: a point at T0 + seconds, stamped T0 + n ms, so arrival
     order is the order of ``n`` across partitions and batches."""
-    values = [
-        (p, {"ts": (T0 + timedelta(seconds=s)).isoformat(), "id": i}, T0_MS + n, None)
-        for n, p, i, s in rows
-    ]
+    values = []
+    for n, p, i, s in rows:
+        ts = (T0 + timedelta(seconds=s)).isoformat()
+        values.append((p, {"ts": ts, "et": ts, "id": i}, T0_MS + n, None))
     produce(bootstrap, topic, values)
 
 
-def _kafka_query(app, name: str, bootstrap: str, source: str, sink: str):
+def _kafka_query(app, name: str, bootstrap: str, source: str, sink: str, keyed: bool = False):
+    """A tumbling window per id over a Kafka topic: CTIs every 3 events, or (``keyed``) the
+    arrival-time policies with substreams per id, whose per-key CTIs close each id's windows."""
+    config = KafkaInputConfig(
+        bootstrap_servers=bootstrap, topic=source, schema="id int, et timestamp", time_field="ts"
+    )
+    settings, ordering = EVERY_3, None
+    if keyed:
+        settings = None
+        ordering = EventOrderingSettings(
+            event_time="et", late_arrival_tolerance=timedelta(seconds=1), over="id"
+        )
     stream = Stream.create(
-        "events",
-        KafkaInputFactory(),
-        KafkaInputConfig(
-            bootstrap_servers=bootstrap, topic=source, schema="id int", time_field="ts"
-        ),
-        EventShape.POINT,
-        EVERY_3,
+        "events", KafkaInputFactory(), config, EventShape.POINT, settings, ordering=ordering
     )
     out = stream.tumbling_window(timedelta(seconds=4)).group_by("id").aggregate(n=F.count("*"))
     return out.to_query(
@@ -143,8 +148,9 @@ _n = iter(range(10**6))
 BATCHES = [[(next(_n), *row) for row in batch] for batch in _ROWS]
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["ctis", "per-key-ctis"])
 def test_a_restarted_query_replays_from_its_checkpoint_and_delivers_exactly_once(
-    app, kafka_broker, tmp_path
+    app, kafka_broker, tmp_path, keyed
 ):
     b = kafka_broker.bootstrap
     source = kafka_broker.create_topic(partitions=3)
@@ -154,7 +160,7 @@ def test_a_restarted_query_replays_from_its_checkpoint_and_delivers_exactly_once
     # The same input, read by a query that never stops half-way: one epoch, then the stop.
     for batch in BATCHES:
         _produce(b, source, batch)
-    whole = _kafka_query(app, f"whole-{tag}", b, source, once)
+    whole = _kafka_query(app, f"whole-{tag}", b, source, once, keyed)
     whole.start(trigger=None)
     whole.step()
     whole.stop()
@@ -164,7 +170,7 @@ def test_a_restarted_query_replays_from_its_checkpoint_and_delivers_exactly_once
     # Now a query that reads the topic as it grows and crashes twice.
     source2 = kafka_broker.create_topic(partitions=3)
     ckpt = tmp_path / "ckpt"
-    q = _kafka_query(app, f"a-{tag}", b, source2, sink)
+    q = _kafka_query(app, f"a-{tag}", b, source2, sink, keyed)
     q.start(trigger=None, checkpoint=ckpt, checkpoint_every=2)
     _produce(b, source2, BATCHES[0])
     q.step()  # epoch 0
@@ -173,12 +179,12 @@ def test_a_restarted_query_replays_from_its_checkpoint_and_delivers_exactly_once
     _produce(b, source2, BATCHES[2])
     q.step()  # epoch 2: logged and delivered, state not written
     # crash: the query object is dropped without stop()
-    q2 = _kafka_query(app, f"b-{tag}", b, source2, sink)
+    q2 = _kafka_query(app, f"b-{tag}", b, source2, sink, keyed)
     q2.start(trigger=None, checkpoint=ckpt, checkpoint_every=2)  # state of 1, replays 2
     _produce(b, source2, BATCHES[3])
     q2.step()  # epoch 3
     # crash again; the next start replays epoch 3 (no state after it) and stops
-    q3 = _kafka_query(app, f"c-{tag}", b, source2, sink)
+    q3 = _kafka_query(app, f"c-{tag}", b, source2, sink, keyed)
     q3.start(trigger=None, checkpoint=ckpt, checkpoint_every=2)
     q3.stop()
     got = read_back(b, sink, EventShape.INTERVAL)
