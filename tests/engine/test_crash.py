@@ -92,7 +92,7 @@ def test_killed_queries_deliver_exactly_what_an_uninterrupted_run_delivers(
         "ckpt_kafka": str(tmp_path / "ck-kafka"),
         "ckpt_file": str(tmp_path / "ck-file"),
         "total": TOTAL,
-        "per_epoch": 6,
+        "per_epoch": 12,  # a few epochs per query: each costs the child seconds
     }
     kills = 0
     for attempt in range(8):
