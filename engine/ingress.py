@@ -1,31 +1,36 @@
 """Ingress: explicit, generated and imported CTIs, violation policies, partitions (semantics §3).
 
 One epoch of one input is one Spark plan: the input's items of the epoch, plus the imported CTIs
-and the stop flush broadcast to every partition, are ordered by arrival position within each source
-partition, and window functions compute what the spec describes item by item:
+and the stop flush broadcast to every partition, are sorted by arrival position within each source
+partition, and one Arrow function per partition (:func:`_sequencer`) scans them in that order,
+computing what the spec describes item by item with running counts and maxima in numpy:
 
 * ``cnt``/``ms``: running count and running max start of the *counted* events (points, intervals,
-  START edges, with their original start, dropped or not), so generation needs no loop;
+  START edges, with their original start, dropped or not);
 * a generation candidate ``ms - delay`` after the N-th counted event, or after a counted event
   that moves ``floor(ms / T)`` forward;
 * ``cb``: the partition's effective CTI before each item = running max of every CTI value seen
   (explicit, generated, imported, flush) and ``ca`` the same after it;
-* the violation check and DROP / ADJUST against ``cb``;
-* END edges matched to their START edges (FIFO per original start and payload);
-* the input's CTI = min over partitions (:func:`engine.rows.min_of_latest`).
+* the violation check and DROP / ADJUST against ``cb``.
+
+Then, in Spark: END edges matched to their START edges (FIFO per original start and payload), and
+the input's CTI = min over partitions (:func:`engine.rows.min_of_latest`).
 
 Per-partition state (count, max start, period, CTI) is carried between epochs on the driver: a
-handful of numbers per partition. Open START edges are carried as a DataFrame.
+handful of numbers per partition, handed to the scan. Open START edges are carried as a DataFrame.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from engine.errors import CtiViolationError, MalformedRecordError
 from engine.events import EdgeType, Event, EventKind
@@ -42,7 +47,6 @@ from engine.rows import (
     keyed_rises,
     min_of_latest,
     pos_literal,
-    saturating_sub,
 )
 from engine.settings import AdvanceTimePolicy, AdvanceTimeSettings
 from engine.temporal import MAX_TIME, MIN_TIME, format_ticks
@@ -118,10 +122,6 @@ class _StopEpoch(Exception):
         self.error = error
 
 
-def _floor_div(col: str, t: int) -> F.Column:
-    return F.expr(f"(`{col}` - pmod(`{col}`, {t})) div {t}")
-
-
 def ingress_epoch(
     spark: SparkSession,
     spec: InputSpec,
@@ -179,63 +179,21 @@ def ingress_epoch(
     for b in broadcast:
         seq = seq.unionByName(b.select("*", every_partition), allowMissingColumns=True)
 
-    # The partitions' state before the epoch, as literals picked by partition index (a join
-    # with a state table would cost a broadcast job per epoch).
-    seq = seq.select(
-        "*",
-        _per_partition([s.count for s in state.partitions]).alias("__s_cnt"),
-        _per_partition([s.max_start for s in state.partitions]).alias("__s_ms"),
-        _per_partition([s.period for s in state.partitions]).alias("__s_per"),
-        _per_partition([s.cti for s in state.partitions]).alias("__s_cti"),
+    # The sequential part of §3, item by item within each source partition, runs as one Arrow
+    # function per partition over its rows in arrival order (running counts and maxima in numpy);
+    # the partitions' state before the epoch travels with the function.
+    ordered = seq.repartition(_P).sortWithinPartitions(_P, POS)
+    step = _sequencer(
+        [(s.count, s.max_start, s.period, s.cti) for s in state.partitions],
+        gen.frequency_ticks if gen is not None else None,
+        bool(gen is not None and gen.by_count),
+        gen.delay_ticks if gen is not None else 0,
+        spec.flush_on_stop,
+        policy is AdvanceTimePolicy.ADJUST,
     )
-
-    w = Window.partitionBy(_P).orderBy(POS)
-    upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = w.rowsBetween(Window.unboundedPreceding, -1)
-    kind, edge = F.col(KIND), F.col(EDGE)
+    a = ordered.groupBy(_P).applyInArrow(step, _sequenced_schema(ordered.schema))
+    kind, edge, cb = F.col(KIND), F.col(EDGE), F.col("__cb")
     insert = kind == "INSERT"
-    is_end = insert & (edge == "END")
-    counted = insert & ~is_end.eqNullSafe(True)
-
-    a = seq.withColumn("__counted", counted)
-    contrib = F.when(kind.isin("CTI", "BCAST", "WM"), F.col(START))
-    if spec.flush_on_stop:
-        contrib = contrib.when(kind == "EOI", F.lit(MAX_TIME))
-    if gen is not None:
-        a = a.withColumn(
-            "__cnt", F.col("__s_cnt") + F.sum(F.col("__counted").cast("long")).over(upto)
-        ).withColumn(
-            "__ms",
-            F.greatest(F.col("__s_ms"), F.max(F.when(F.col("__counted"), F.col(START))).over(upto)),
-        )
-        if gen.by_count:
-            is_gen = F.col("__counted") & (F.col("__cnt") % F.lit(gen.frequency_ticks) == 0)
-            a = a.withColumn("__per", F.lit(None).cast("long"))
-        else:
-            a = a.withColumn("__per", _floor_div("__ms", gen.frequency_ticks))
-            prev = F.coalesce(F.lag("__per").over(w), F.col("__s_per"))
-            is_gen = F.col("__counted") & prev.isNotNull() & (F.col("__per") > prev)
-        a = a.withColumn("__gen", is_gen)
-        contrib = contrib.when(F.col("__gen"), saturating_sub(F.col("__ms"), gen.delay_ticks))
-    else:
-        a = (
-            a.withColumn("__cnt", F.col("__s_cnt"))
-            .withColumn("__ms", F.col("__s_ms"))
-            .withColumn("__per", F.col("__s_per"))
-            .withColumn("__gen", F.lit(False))
-        )
-    a = a.withColumn("__contrib", contrib)
-    a = a.withColumn("__cb", F.greatest(F.col("__s_cti"), F.max("__contrib").over(before)))
-    a = a.withColumn("__ca", F.greatest(F.col("__cb"), F.col("__contrib")))
-
-    cb = F.col("__cb")
-    viol = insert & F.when(edge.eqNullSafe("END"), F.col(END) < cb).otherwise(F.col(START) < cb)
-    a = a.withColumn("__viol", viol)
-    if policy is AdvanceTimePolicy.ADJUST:
-        adj = F.col("__viol") & ~edge.eqNullSafe("END") & (F.col(END) > cb)
-    else:
-        adj = F.lit(False)
-    a = a.withColumn("__adj", adj).withColumn("__drop", F.col("__viol") & ~F.col("__adj"))
     a = cache.keep(a)
 
     new_state, first_violation = _collect_state(a, spec, state)
@@ -313,11 +271,6 @@ def _key_candidates(
         seen = state.key_watermarks.unionByName(seen)
     new.key_watermarks = seen.groupBy(KEY, _P).agg(F.max("__w").alias("__w")).localCheckpoint()
     return rows.select(POS, KEY, F.least(*per_part).alias(CTI))
-
-
-def _per_partition(values: list[int | None]) -> F.Column:
-    """``values[p]`` for each row's partition ``p``."""
-    return F.element_at(F.array(*[F.lit(v).cast("long") for v in values]), F.col(_P) + F.lit(1))
 
 
 def _stop_pos(index: int) -> F.Column:
@@ -475,3 +428,171 @@ def _match_edges(
         .localCheckpoint()
     )
     return closed, still_open, dropped
+
+
+#: the columns the sequencer adds to each row (``__cnt``, ``__ms``, ``__per`` may be null)
+_SEQUENCED = [
+    ("__cnt", "long"),
+    ("__ms", "long"),
+    ("__per", "long"),
+    ("__gen", "boolean"),
+    ("__cb", "long"),
+    ("__ca", "long"),
+    ("__viol", "boolean"),
+    ("__adj", "boolean"),
+    ("__drop", "boolean"),
+]
+
+
+def _sequenced_schema(schema: StructType) -> StructType:
+    out = StructType(list(schema.fields))
+    for name, typ in _SEQUENCED:
+        out = out.add(name, typ)
+    return out
+
+
+def _sequencer(
+    states: list[tuple[int, int | None, int | None, int]],
+    frequency: int | None,
+    by_count: bool,
+    delay: int,
+    flush_on_stop: bool,
+    adjust: bool,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The per-partition scan of §3 over one source partition's rows in arrival order.
+
+    ``states[p]``: partition p's (count, max start, period, CTI) before the epoch. ``frequency``:
+    None without generation, else the count or the period in ticks (``by_count``). For each row:
+    ``__cnt``/``__ms`` the running count and max start of counted events (points, intervals,
+    START edges, dropped or not), ``__per`` the period of ``__ms``, ``__gen`` whether a CTI is
+    generated after it (the N-th counted event, or one that moves the period forward), ``__cb``
+    the partition's CTI before it (running max of explicit, imported, flushed, watermark and
+    generated CTI values), ``__ca`` after it, ``__viol`` whether it breaks ``__cb``, and the
+    policy's ``__adj``/``__drop``."""
+
+    def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import numpy as np
+        import pyarrow.compute as pc
+
+        carried: dict | None = None
+        for b in batches:
+            n = b.num_rows
+            if n == 0:
+                continue
+            if carried is None:
+                count, max_start, period, cti = states[b.column(_P)[0].as_py()]
+                carried = {"count": count, "ms": max_start, "per": period, "cti": cti, "pos": None}
+            pos = b.column(POS)
+            carried["pos"] = _check_order(pos, carried["pos"])
+            kind = b.column(KIND)
+            is_end = pc.fill_null(pc.equal(b.column(EDGE), "END"), False).to_numpy(
+                zero_copy_only=False
+            )
+            insert = pc.fill_null(pc.equal(kind, "INSERT"), False).to_numpy(zero_copy_only=False)
+            start = pc.fill_null(b.column(START), 0).to_numpy(zero_copy_only=False)
+            end = pc.fill_null(b.column(END), 0).to_numpy(zero_copy_only=False)
+            counted = insert & ~is_end
+
+            cnt = carried["count"] + np.cumsum(counted, dtype=np.int64)
+            seen = np.cumsum(counted) > 0
+            if carried["ms"] is not None:
+                seen[:] = True
+            ms = np.maximum.accumulate(np.where(counted, start, np.iinfo(np.int64).min))
+            if carried["ms"] is not None:
+                ms = np.maximum(ms, carried["ms"])
+            gen = np.zeros(n, dtype=bool)
+            per = None
+            if frequency is not None:
+                if by_count:
+                    gen = counted & (cnt % frequency == 0)
+                else:
+                    per = np.floor_divide(ms, frequency)
+                    prev = np.empty(n, dtype=np.int64)
+                    prev_ok = np.empty(n, dtype=bool)
+                    prev[1:], prev_ok[1:] = per[:-1], seen[:-1]
+                    first = carried["per"]
+                    prev[0], prev_ok[0] = (first, True) if first is not None else (0, False)
+                    gen = counted & prev_ok & seen & (per > prev)
+                    if seen[-1]:
+                        carried["per"] = int(per[-1])
+                carried["count"] = int(cnt[-1])
+                if seen[-1]:
+                    carried["ms"] = int(ms[-1])
+            else:
+                cnt = np.full(n, carried["count"], dtype=np.int64)
+                seen[:] = carried["ms"] is not None
+                ms = np.full(n, carried["ms"] or 0, dtype=np.int64)
+                if carried["per"] is not None:
+                    per = np.full(n, carried["per"], dtype=np.int64)
+
+            lowest = np.iinfo(np.int64).min
+            contrib = np.full(n, lowest, dtype=np.int64)
+            has = np.zeros(n, dtype=bool)
+            if gen.any():
+                shifted = _saturating_sub(ms, delay)
+                contrib = np.where(gen, shifted, contrib)
+                has |= gen
+            if flush_on_stop:
+                eoi = pc.fill_null(pc.equal(kind, "EOI"), False).to_numpy(zero_copy_only=False)
+                contrib = np.where(eoi, MAX_TIME, contrib)
+                has |= eoi
+            given = pc.is_in(kind, pa.array(["CTI", "BCAST", "WM"]))
+            given = pc.fill_null(given, False).to_numpy(zero_copy_only=False)
+            contrib = np.where(given, start, contrib)
+            has |= given
+            contrib = np.where(has, contrib, lowest)
+            running = np.maximum.accumulate(contrib)
+            ca = np.maximum(running, carried["cti"])
+            cb = np.empty(n, dtype=np.int64)
+            cb[0] = carried["cti"]
+            cb[1:] = ca[:-1]
+            carried["cti"] = int(ca[-1])
+
+            viol = insert & np.where(is_end, end < cb, start < cb)
+            adj = viol & ~is_end & (end > cb) if adjust else np.zeros(n, dtype=bool)
+            columns = {
+                "__cnt": pa.array(cnt),
+                "__ms": pa.array(ms, mask=~seen),
+                "__per": pa.nulls(n, pa.int64()) if per is None else pa.array(per, mask=~seen),
+                "__gen": pa.array(gen),
+                "__cb": pa.array(cb),
+                "__ca": pa.array(ca),
+                "__viol": pa.array(viol),
+                "__adj": pa.array(adj),
+                "__drop": pa.array(viol & ~adj),
+            }
+            yield pa.RecordBatch.from_arrays(
+                [*b.columns, *columns.values()], names=[*b.schema.names, *columns]
+            )
+
+    return scan
+
+
+def _saturating_sub(values: Any, d: int) -> Any:
+    """numpy :func:`engine.rows.saturating_sub`: ``values - d`` clamped, ``±inf`` kept."""
+    import numpy as np
+
+    if d == 0:
+        return values
+    if d > 0:
+        shifted = np.where(values < MIN_TIME + d, MIN_TIME, values - d)
+    else:
+        shifted = np.where(values > MAX_TIME + d, MAX_TIME, values - d)
+    return np.where((values == MIN_TIME) | (values == MAX_TIME), values, shifted)
+
+
+def _check_order(pos: Any, before: tuple | None) -> tuple:
+    """Raise if the rows are not in ``__pos`` order (after ``before``, the previous batch's
+    last); return the last position. Spark sorts each partition's rows before the scan."""
+    import numpy as np
+
+    fields = [pos.field(i).to_numpy(zero_copy_only=False) for i in range(pos.type.num_fields)]
+    last = tuple(int(f[-1]) for f in fields)
+    if before is not None:
+        fields = [np.concatenate([[v], f]) for v, f in zip(before, fields, strict=True)]
+    decided = np.zeros(len(fields[0]) - 1, dtype=bool)
+    for f in fields:
+        if ((f[1:] < f[:-1]) & ~decided).any():
+            raise AssertionError("ingress: a partition's rows came to the scan out of order")
+        decided |= f[1:] > f[:-1]
+    return last
