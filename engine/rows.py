@@ -99,6 +99,15 @@ def payload_columns(df: DataFrame) -> list[str]:
     return [c for c in df.columns if not c.startswith("__")]
 
 
+def hold(df: DataFrame) -> DataFrame:
+    """Keep ``df`` as operator state for the next epoch (a local checkpoint, which cuts its
+    lineage), in at most ``spark.sql.shuffle.partitions`` partitions: state that is the union of
+    the previous state and the epoch's new rows would otherwise gain partitions every epoch,
+    and every later epoch would run a task per partition."""
+    n = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    return df.coalesce(n).localCheckpoint()
+
+
 def pos_literal(arr: int, inp: int, off: int, part: int = 0, sub: int = 0) -> Column:
     return F.struct(
         F.lit(arr).cast("long").alias("arr"),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -239,8 +240,10 @@ class Runtime:
                     F.lit(0).alias("sub"),
                 ),
             )
-            # read when first used (by the first job over it), once per run
-            raws[b.spec.index] = df.localCheckpoint(eager=False)
+            # read when first used (by the first job over it), once per run; a bounded run's
+            # whole input waits on disk, not in memory
+            level = StorageLevel.DISK_ONLY if ranges is None else StorageLevel.MEMORY_AND_DISK
+            raws[b.spec.index] = df.localCheckpoint(eager=False, storageLevel=level)
         return raws
 
     @staticmethod

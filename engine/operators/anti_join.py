@@ -29,7 +29,19 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from engine.operators.join import _AT, _CLOSED, _ID, _OPEN, _first_cti_at_or_above, _side_events
-from engine.rows import CTI, EDGE, END, HEADER, KIND, POS, START, EpochCache, Flow, min_of_latest
+from engine.rows import (
+    CTI,
+    EDGE,
+    END,
+    HEADER,
+    KIND,
+    POS,
+    START,
+    EpochCache,
+    Flow,
+    hold,
+    min_of_latest,
+)
 from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["AntiJoinState", "anti_join"]
@@ -172,11 +184,9 @@ def anti_join(
         _ID,
         F.coalesce(F.col("__w"), F.greatest(F.col(_FROM), horizon)).alias(_FROM),
         F.col("__w").isNotNull().alias(_STARTED),
-    ).localCheckpoint()
-    held_left = ev_l.join(progress.select(_ID), _ID, "left_semi").drop("__new").localCheckpoint()
-    held_right = (
-        ev_r.filter(F.col(_OPEN) | (F.col(END) > F.least(cl, cr))).drop("__new").localCheckpoint()
-    )
+    ).transform(hold)
+    held_left = hold(ev_l.join(progress.select(_ID), _ID, "left_semi").drop("__new"))
+    held_right = hold(ev_r.filter(F.col(_OPEN) | (F.col(END) > F.least(cl, cr))).drop("__new"))
     new_state = AntiJoinState(
         [held_left, held_right], progress, latest, max(state.emitted, min(latest))
     )

@@ -38,6 +38,7 @@ from engine.rows import (
     START,
     EpochCache,
     Flow,
+    hold,
     keyed_inputs,
     keyed_min_of_latest,
     min_of_latest,
@@ -294,10 +295,10 @@ def join(
         ev[i]
         .filter(F.col(_OPEN) | (F.col(END) > F.lit(latest[1 - i])))
         .drop("__new")
-        .localCheckpoint()
+        .transform(hold)
         for i in (0, 1)
     ]
-    new_state = JoinState(held, still.localCheckpoint(), latest, max(state.emitted, min(latest)))
+    new_state = JoinState(held, hold(still), latest, max(state.emitted, min(latest)))
     out = Flow(events_out, ctis, left.edges or right.edges)
     key = keyed_inputs([left, right], list(keyed_sides), on)
     if key is None:

@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from engine.operators.window import close_edges, place_results
-from engine.rows import CTI, EDGE, END, HEADER, POS, START, EpochCache, Flow
+from engine.rows import CTI, EDGE, END, HEADER, POS, START, EpochCache, Flow, hold
 from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["SnapshotState", "snapshot_aggregate"]
@@ -105,6 +105,6 @@ def snapshot_aggregate(
         found = endpoints.filter(F.col("__p") < F.lit(c_last)).agg(F.max("__p")).first()[0]
         done = max(done, found if found is not None else MIN_TIME)
     last_cti = MAX_TIME if c_last == MAX_TIME else done
-    held = None if c_last == MAX_TIME else events.filter(F.col(END) > F.lit(done)).localCheckpoint()
+    held = None if c_last == MAX_TIME else hold(events.filter(F.col(END) > F.lit(done)))
     emitted = max(state.emitted, last_cti) if fresh else state.emitted
     return Flow(results, out_ctis, False), SnapshotState(held, done, emitted)

@@ -28,7 +28,20 @@ from enum import StrEnum
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from engine.rows import CTI, EDGE, END, HEADER, KEY, KIND, POS, START, EpochCache, Flow, keyed_rises
+from engine.rows import (
+    CTI,
+    EDGE,
+    END,
+    HEADER,
+    KEY,
+    KIND,
+    POS,
+    START,
+    EpochCache,
+    Flow,
+    hold,
+    keyed_rises,
+)
 from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["WindowOutput", "WindowSpec", "WindowState", "window_aggregate"]
@@ -185,7 +198,7 @@ def window_aggregate(
     held = None
     if c_last != MAX_TIME:
         held = events.filter(F.col(END) > open_start).select(START, END, POS, _OPEN, *payload)
-        held = held.localCheckpoint()
+        held = hold(held)
     new_state = WindowState(held, c_last, latest, max(state.emitted, pulled), key_last)
     out = Flow(results, out_ctis, False)
     if keyed is None:
