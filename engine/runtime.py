@@ -390,8 +390,9 @@ class Runtime:
         return watermark_delay(egress.last_cti if egress is not None else MIN_TIME)
 
     def operator_metrics(self) -> dict[str, dict[str, Any]]:
-        """Per stateful operator (``"<n>:<kind>"`` in plan order): rows of state it holds now and
-        the last CTI it emitted. Counting the state runs a small Spark job."""
+        """Per stateful operator (``"<n>:<kind>"`` in plan order): rows of state it holds now,
+        the Spark partitions they are in, and the last CTI it emitted. Counting the state runs a
+        small Spark job."""
         out = {}
         for i, node in enumerate(walk(self.root)):
             st = self._ops.get(id(node))
@@ -399,8 +400,10 @@ class Runtime:
                 continue
             held = getattr(st, "held", None)
             parts = held if isinstance(held, list) else [held, getattr(st, "pairs", None)]
+            kept = [df for df in parts if df is not None]
             out[f"{i}:{type(node).__name__.removesuffix('Node').lower()}"] = {
-                "state_rows": sum(df.count() for df in parts if df is not None),
+                "state_rows": sum(df.count() for df in kept),
+                "state_partitions": sum(df.rdd.getNumPartitions() for df in kept),
                 "cti": st.emitted,
             }
         return out
