@@ -98,19 +98,17 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
 
+from adapters._marked import Mark, MarkedOutputAdapter, read_mark
 from adapters._records import (
     _Bad,
     _Column,
     _event,
-    _format_time,
     _got,
-    _json_default,
     _parse_ddl,
     _parse_time,
 )
@@ -118,12 +116,11 @@ from adapters.base import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,
-    OutputAdapter,
     OutputAdapterFactory,
     SourceItem,
 )
 from engine.errors import EngineError, MalformedRecordError, QueryBuildError
-from engine.events import Event, EventKind, EventShape, cti
+from engine.events import EventShape, cti
 from engine.settings import AdapterAdvanceTimeSettings
 from engine.temporal import format_ticks
 
@@ -890,34 +887,12 @@ class EventHubInputFactory(InputAdapterFactory[EventHubInputConfig]):
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Mark:
-    """Where the output partition's tail stands: the last event this adapter's scheme sent."""
-
-    epoch: int
-    index: int
-    count: int
-
-    @property
-    def complete(self) -> bool:
-        return self.index >= self.count - 1
-
-
-def _mark(event: EventData) -> _Mark | None:
+def _mark(event: EventData) -> Mark | None:
     props = _properties(event)
-    try:
-        epoch, index, count = (
-            int(props[p]) for p in (EPOCH_PROPERTY, INDEX_PROPERTY, COUNT_PROPERTY)
-        )
-    except (KeyError, TypeError, ValueError):
-        return None  # not an event of this scheme
-    return _Mark(epoch, index, count) if 0 <= index < count and epoch >= 0 else None
+    return read_mark(*(props.get(p) for p in (EPOCH_PROPERTY, INDEX_PROPERTY, COUNT_PROPERTY)))
 
 
-_UNKNOWN: Any = object()
-
-
-class EventHubOutputAdapter(OutputAdapter):
+class EventHubOutputAdapter(MarkedOutputAdapter):
     """Sends a query's committed output to one event hub partition, each epoch exactly once.
 
     Runs on the driver; the engine calls :meth:`deliver` once per epoch, in order, and
@@ -941,98 +916,39 @@ class EventHubOutputAdapter(OutputAdapter):
     appended; one that must see whole epochs waits for the event whose index is count - 1.
     """
 
-    def __init__(self, config: EventHubOutputConfig, shape: EventShape) -> None:
-        self._config = config
-        self._shape = EventShape(shape)
-        self._producer: EventHubProducerClient | None = None
-        self._mark: _Mark | None = _UNKNOWN
+    _record = "event"
+    _target = "event hub"
+    _verbs = ("send", "sent", "sending")
+    _error = EventHubsAdapterError
+    _client_error = staticmethod(_client_error)
+    _with_retries = staticmethod(_with_retries)
+    _config: EventHubOutputConfig
+    _producer: EventHubProducerClient | None
 
-    # -- engine hooks -------------------------------------------------------------------------
-    def delivered_through(self) -> int | None:
-        """The last epoch whose events are all in the partition, or None (reads the tail once)."""
-        mark = self._tail()
-        if mark is None:
-            return None
-        epoch = mark.epoch if mark.complete else mark.epoch - 1
-        return epoch if epoch >= 0 else None
+    @property
+    def _where(self) -> str:
+        return f"partition {self._config.partition_id!r} of event hub {self._config.hub!r}"
 
-    def deliver(self, epoch: int, items: Sequence[Event]) -> None:
-        """Send the events of ``epoch`` that the partition does not hold yet; return when every
-        batch is acknowledged."""
+    def _retry_or_raise(self, error: Exception, failures: int, what: str, after: str) -> None:
         cfg = self._config
-        bodies = [
-            (self._body(e), "CTI" if e.is_cti else "INSERT")
-            for e in items
-            if cfg.include_ctis or not e.is_cti
-        ]
-        if not bodies:
-            return
-        count = len(bodies)
-        where = f"partition {cfg.partition_id!r} of event hub {cfg.hub!r}"
-        failures = 0
-        while True:
-            try:
-                if self._mark is _UNKNOWN:
-                    self._mark = self._read_tail()
-                first = self._first_missing(epoch, count, self._mark, where)
-                if first < count:
-                    self._send(epoch, bodies, first)
-                return
-            except Exception as error:
-                if not _client_error(error):
-                    raise
-                self._reset()
-                failures += 1
-                if _not_found(error) or failures > cfg.retry_total:
-                    raise _failure(
-                        cfg,
-                        f"send epoch {epoch} to {where}",
-                        error,
-                        "Epochs before it are in the event hub; a restart completes this one "
-                        "without sending any event twice.",
-                    ) from error
-                _backoff(cfg, failures)
+        if _not_found(error) or failures > cfg.retry_total:
+            raise _failure(cfg, what, error, after) from error
+        _backoff(cfg, failures)
 
-    def close(self) -> None:
-        """Close the producer."""
-        self._reset()
-
-    # -- helpers ------------------------------------------------------------------------------
-    def _first_missing(self, epoch: int, count: int, mark: _Mark | None, where: str) -> int:
-        if mark is None or epoch > mark.epoch:
-            if mark is not None and not mark.complete:
-                raise EventHubsAdapterError(
-                    f"{where} ends in the middle of epoch {mark.epoch} (event {mark.index + 1} "
-                    f"of {mark.count}), but epoch {epoch} is being delivered; expected epoch "
-                    f"{mark.epoch} to be completed first. The partition was probably written by "
-                    "another query. Fix: give each query its own output event hub or partition"
-                )
-            return 0
-        if epoch < mark.epoch or mark.complete:
-            return count  # already there
-        if count != mark.count:
-            raise EventHubsAdapterError(
-                f"epoch {epoch} was partly sent to {where} with {mark.count} events, but is "
-                f"delivered again with {count}; expected the same output (an epoch's output is "
-                "deterministic). Fix: make the query deterministic, or send to a new event hub or "
-                "partition"
-            )
-        return mark.index + 1
-
-    def _send(self, epoch: int, bodies: list[tuple[bytes, str]], first: int) -> None:
+    def _send(self, epoch: int, values: list[tuple[bytes, bool]], first: int) -> None:
         from azure.eventhub import EventData
 
         cfg = self._config
-        count = len(bodies)
+        count = len(values)
         if self._producer is None:
             self._producer = _producer(cfg, retries=0)
         producer = self._producer
         batch = producer.create_batch(partition_id=cfg.partition_id)
         for index in range(first, count):
-            body, kind = bodies[index]
+            body, is_cti = values[index]
             event = EventData(body)
             event.properties = {
-                KIND_PROPERTY: kind,
+                KIND_PROPERTY: "CTI" if is_cti else "INSERT",
                 EPOCH_PROPERTY: epoch,
                 INDEX_PROPERTY: index,
                 COUNT_PROPERTY: count,
@@ -1048,45 +964,13 @@ class EventHubOutputAdapter(OutputAdapter):
                         "columns, or use a tier with larger messages"
                     ) from None
                 producer.send_batch(batch)
-                self._mark = _Mark(epoch, index - 1, count)
+                self._mark = Mark(epoch, index - 1, count)
                 batch = producer.create_batch(partition_id=cfg.partition_id)
                 batch.add(event)
         producer.send_batch(batch)
-        self._mark = _Mark(epoch, count - 1, count)
+        self._mark = Mark(epoch, count - 1, count)
 
-    def _body(self, event: Event) -> bytes:
-        cfg = self._config
-        if event.kind is EventKind.CTI:
-            row: dict[str, Any] = {cfg.time_field: _format_time(event.start)}
-        else:
-            row = {
-                cfg.time_field: _format_time(event.start),
-                cfg.end_field: _format_time(event.end),
-                cfg.edge_field: event.edge.value if event.edge is not None else None,
-            }
-            for name, value in event.payload.items():
-                if name in row:
-                    raise ValueError(
-                        f"payload field {name!r} of {event!r} clashes with the output's own field "
-                        f"{name!r} in event hub {cfg.hub!r}. Fix: rename it in the query (e.g. "
-                        "with select), or set EventHubOutputConfig time_field/end_field/"
-                        "edge_field to other names"
-                    )
-                row[name] = value
-        return json.dumps(row, default=_json_default, ensure_ascii=False).encode("utf-8")
-
-    def _tail(self) -> _Mark | None:
-        if self._mark is _UNKNOWN:
-            cfg = self._config
-            self._mark = _with_retries(
-                cfg,
-                f"read the tail of partition {cfg.partition_id!r} of event hub {cfg.hub!r}",
-                "Nothing was sent.",
-                self._read_tail,
-            )
-        return self._mark
-
-    def _read_tail(self) -> _Mark | None:
+    def _read_tail(self) -> Mark | None:
         """The mark of the last event of this scheme in the partition, scanning back from the end
         in growing windows (events of other writers are passed over)."""
         cfg = self._config
@@ -1117,12 +1001,8 @@ class EventHubOutputAdapter(OutputAdapter):
             hi, window = lo - 1, window * 8
         return None
 
-    def _reset(self) -> None:
-        """Close the producer and forget the tail: the next call reads it again."""
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            _close(producer)
-        self._mark = _UNKNOWN
+    def _close_producer(self, producer: EventHubProducerClient) -> None:
+        _close(producer)
 
 
 class EventHubOutputFactory(OutputAdapterFactory[EventHubOutputConfig]):

@@ -85,19 +85,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
 
+from adapters._marked import Mark, MarkedOutputAdapter, read_mark
 from adapters._records import (
     _Bad,
     _Column,
     _event,
-    _format_time,
     _got,
-    _json_default,
     _parse_ddl,
     _parse_time,
     _quote,
@@ -106,12 +104,11 @@ from adapters.base import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,
-    OutputAdapter,
     OutputAdapterFactory,
     SourceItem,
 )
 from engine.errors import EngineError, MalformedRecordError, QueryBuildError
-from engine.events import Event, EventKind, EventShape, cti, point
+from engine.events import EventShape, cti, point
 from engine.settings import AdapterAdvanceTimeSettings
 
 if TYPE_CHECKING:
@@ -977,34 +974,12 @@ class KafkaInputFactory(InputAdapterFactory[KafkaInputConfig]):
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Mark:
-    """Where the output partition's tail stands: the last record this adapter's scheme wrote."""
-
-    epoch: int
-    index: int
-    count: int
-
-    @property
-    def complete(self) -> bool:
-        return self.index >= self.count - 1
-
-
-def _mark(record: Any) -> _Mark | None:
+def _mark(record: Any) -> Mark | None:
     headers = _headers(record)
-    try:
-        epoch, index, count = (
-            int(headers[h].decode("ascii")) for h in (EPOCH_HEADER, INDEX_HEADER, COUNT_HEADER)
-        )
-    except (KeyError, ValueError, UnicodeDecodeError):
-        return None  # not a record of this scheme
-    return _Mark(epoch, index, count) if 0 <= index < count and epoch >= 0 else None
+    return read_mark(*(headers.get(h) for h in (EPOCH_HEADER, INDEX_HEADER, COUNT_HEADER)))
 
 
-_UNKNOWN: Any = object()
-
-
-class KafkaOutputAdapter(OutputAdapter):
+class KafkaOutputAdapter(MarkedOutputAdapter):
     """Writes a query's committed output to one topic partition, each epoch exactly once.
 
     Runs on the driver; the engine calls :meth:`deliver` once per epoch, in order, and
@@ -1034,93 +1009,28 @@ class KafkaOutputAdapter(OutputAdapter):
     consumers there, so the scheme above does not rely on them.
     """
 
-    def __init__(self, config: KafkaOutputConfig, shape: EventShape) -> None:
-        self._config = config
-        self._shape = EventShape(shape)
-        self._producer: KafkaProducer | None = None
-        self._mark: _Mark | None = _UNKNOWN
+    _record = "record"
+    _target = "topic"
+    _verbs = ("write", "written", "writing")
+    _error = KafkaAdapterError
+    _client_error = staticmethod(_client_error)
+    _with_retries = staticmethod(_with_retries)
+    _config: KafkaOutputConfig
+    _producer: KafkaProducer | None
 
-    # -- engine hooks -------------------------------------------------------------------------
-    def delivered_through(self) -> int | None:
-        """The last epoch whose records are all in the partition, or None (reads the tail once)."""
-        mark = self._tail()
-        if mark is None:
-            return None
-        epoch = mark.epoch if mark.complete else mark.epoch - 1
-        return epoch if epoch >= 0 else None
+    @property
+    def _where(self) -> str:
+        return f"Kafka topic {self._config.topic!r} partition {self._config.partition}"
 
-    def deliver(self, epoch: int, items: Sequence[Event]) -> None:
-        """Write the records of ``epoch`` that the partition does not hold yet; return when they
-        are acknowledged by all in-sync replicas."""
+    def _retry_or_raise(self, error: Exception, failures: int, what: str, after: str) -> None:
         cfg = self._config
-        values = [
-            (self._value(e), b"CTI" if e.is_cti else b"INSERT")
-            for e in items
-            if cfg.include_ctis or not e.is_cti
-        ]
-        if not values:
-            return
-        count = len(values)
-        where = f"topic {cfg.topic!r} partition {cfg.partition}"
-        failures = 0
-        while True:
-            try:
-                if self._mark is _UNKNOWN:
-                    self._mark = self._read_tail()
-                mark = self._mark
-                first = self._first_missing(epoch, count, mark, where)
-                if first >= count:
-                    return
-                self._send(epoch, values, first)
-                return
-            except Exception as error:
-                if not _client_error(error):
-                    raise
-                self._reset()
-                what = f"write epoch {epoch} to Kafka {where}"
-                if not _retriable(error):
-                    raise KafkaAdapterError(_refused(cfg, what, error)) from error
-                failures += 1
-                if failures >= cfg.connect_attempts:
-                    raise KafkaUnavailableError(
-                        _unavailable(
-                            cfg,
-                            what,
-                            error,
-                            "Epochs before it are in the topic; a restart completes this one "
-                            "without writing any record twice.",
-                        )
-                    ) from error
-                _backoff(cfg, failures)
+        if not _retriable(error):
+            raise KafkaAdapterError(_refused(cfg, what, error)) from error
+        if failures >= cfg.connect_attempts:
+            raise KafkaUnavailableError(_unavailable(cfg, what, error, after)) from error
+        _backoff(cfg, failures)
 
-    def close(self) -> None:
-        """Flush and close the producer."""
-        self._reset()
-
-    # -- helpers ------------------------------------------------------------------------------
-    def _first_missing(self, epoch: int, count: int, mark: _Mark | None, where: str) -> int:
-        if mark is None or epoch > mark.epoch:
-            if mark is not None and not mark.complete:
-                raise KafkaAdapterError(
-                    f"Kafka {where} ends in the middle of epoch {mark.epoch} (record "
-                    f"{mark.index + 1} of {mark.count}), but epoch {epoch} is being delivered; "
-                    f"expected epoch {mark.epoch} to be completed first. The partition was "
-                    "probably written by another query. Fix: give each query its own output "
-                    "topic or partition"
-                )
-            return 0
-        if epoch < mark.epoch or mark.complete:
-            return count  # already there
-        if count != mark.count:
-            raise KafkaAdapterError(
-                f"epoch {epoch} was partly written to Kafka {where} with {mark.count} records, "
-                f"but is delivered again with {count}; expected the same output (an epoch's "
-                "output is deterministic). Fix: make the query deterministic, or write to a new "
-                "topic or partition"
-            )
-        return mark.index + 1
-
-    def _send(self, epoch: int, values: list[tuple[bytes, bytes]], first: int) -> None:
+    def _send(self, epoch: int, values: list[tuple[bytes, bool]], first: int) -> None:
         cfg = self._config
         count = len(values)
         timeout_s = cfg.request_timeout.total_seconds()
@@ -1140,14 +1050,14 @@ class KafkaOutputAdapter(OutputAdapter):
                     cfg.topic,
                     value=values[i][0],
                     partition=cfg.partition,
-                    headers=self._headers(epoch, i, count, values[i][1]),
+                    headers=self._headers(epoch, i, count, b"CTI" if values[i][1] else b"INSERT"),
                 )
                 for i in range(index, stop)
             ]
             producer.flush(timeout=timeout_s)
             for future in futures:
                 future.get(timeout=timeout_s)
-            self._mark = _Mark(epoch, stop - 1, count)
+            self._mark = Mark(epoch, stop - 1, count)
             index = stop
 
     def _new_producer(self) -> KafkaProducer:
@@ -1174,39 +1084,7 @@ class KafkaOutputAdapter(OutputAdapter):
             (COUNT_HEADER, str(count).encode("ascii")),
         ]
 
-    def _value(self, event: Event) -> bytes:
-        cfg = self._config
-        if event.kind is EventKind.CTI:
-            row: dict[str, Any] = {cfg.time_field: _format_time(event.start)}
-        else:
-            row = {
-                cfg.time_field: _format_time(event.start),
-                cfg.end_field: _format_time(event.end),
-                cfg.edge_field: event.edge.value if event.edge is not None else None,
-            }
-            for name, value in event.payload.items():
-                if name in row:
-                    raise ValueError(
-                        f"payload field {name!r} of {event!r} clashes with the output's own field "
-                        f"{name!r} in Kafka topic {cfg.topic!r}. Fix: rename it in the query "
-                        "(e.g. with select), or set KafkaOutputConfig time_field/end_field/"
-                        "edge_field to other names"
-                    )
-                row[name] = value
-        return json.dumps(row, default=_json_default, ensure_ascii=False).encode("utf-8")
-
-    def _tail(self) -> _Mark | None:
-        if self._mark is _UNKNOWN:
-            cfg = self._config
-            self._mark = _with_retries(
-                cfg,
-                f"read the tail of Kafka topic {cfg.topic!r} partition {cfg.partition}",
-                "Nothing was written.",
-                self._read_tail,
-            )
-        return self._mark
-
-    def _read_tail(self) -> _Mark | None:
+    def _read_tail(self) -> Mark | None:
         """The mark of the last record of this scheme in the partition, scanning back from the
         end in growing windows (records of other writers and transaction markers are passed)."""
         from kafka import TopicPartition
@@ -1237,12 +1115,8 @@ class KafkaOutputAdapter(OutputAdapter):
         finally:
             _close(consumer)
 
-    def _reset(self) -> None:
-        """Close the producer and forget the tail: the next call reads it again."""
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            _close(producer, self._config.request_timeout.total_seconds())
-        self._mark = _UNKNOWN
+    def _close_producer(self, producer: KafkaProducer) -> None:
+        _close(producer, self._config.request_timeout.total_seconds())
 
 
 class KafkaOutputFactory(OutputAdapterFactory[KafkaOutputConfig]):

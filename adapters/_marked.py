@@ -1,0 +1,199 @@
+"""Exactly-once output to one broker partition by marks: shared by the Kafka and Event Hubs output.
+
+A private module. Every output record carries its epoch, its index among the epoch's records and
+their count (headers in Kafka, application properties in Event Hubs). On first use an adapter
+reads the partition's tail back to the last marked record (:class:`Mark`), which says which epoch
+was written last and whether it is complete; :meth:`MarkedOutputAdapter.deliver` then writes only
+what the partition lacks. The broker adapters supply the reading, the sending and what a client
+error means; the guarantees are documented on each of them.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from adapters._records import _format_time, _json_default
+from adapters.base import OutputAdapter
+from engine.errors import EngineError
+from engine.events import Event, EventKind, EventShape
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Where the output partition's tail stands: the last record this scheme wrote."""
+
+    epoch: int
+    index: int
+    count: int
+
+    @property
+    def complete(self) -> bool:
+        return self.index >= self.count - 1
+
+
+def read_mark(epoch: Any, index: Any, count: Any) -> Mark | None:
+    """The mark a record carries as three raw values (ints, or their digits as text or bytes), or
+    None when they are missing or not of this scheme."""
+    try:
+        mark = Mark(int(epoch), int(index), int(count))
+    except (TypeError, ValueError):
+        return None
+    return mark if 0 <= mark.index < mark.count and mark.epoch >= 0 else None
+
+
+_UNKNOWN: Any = object()
+
+
+class MarkedOutputAdapter(OutputAdapter):
+    """Writes each epoch's events and CTIs as JSON records to one partition, each epoch exactly
+    once (driver). Subclasses say how to send, read the tail and handle client errors."""
+
+    #: The words of the messages: one record, where records go, and how they get there.
+    _record: ClassVar[str]  # "record"
+    _target: ClassVar[str]  # "topic"
+    _verbs: ClassVar[tuple[str, str, str]]  # ("write", "written", "writing")
+    #: The error of the broker's adapters (a record that breaks the scheme).
+    _error: ClassVar[type[EngineError]]
+    #: The broker module's ``_client_error(error)`` and ``_with_retries(cfg, what, after, call)``.
+    _client_error: Callable[[BaseException], bool]
+    _with_retries: Callable[[Any, str, str, Callable[[], Mark | None]], Mark | None]
+
+    def __init__(self, config: Any, shape: EventShape) -> None:
+        self._config = config
+        self._shape = EventShape(shape)
+        self._producer: Any = None
+        self._mark: Mark | None = _UNKNOWN
+
+    # -- engine hooks -------------------------------------------------------------------------
+    def delivered_through(self) -> int | None:
+        """The last epoch whose records are all in the partition, or None (reads the tail once)."""
+        mark = self._tail()
+        if mark is None:
+            return None
+        epoch = mark.epoch if mark.complete else mark.epoch - 1
+        return epoch if epoch >= 0 else None
+
+    def deliver(self, epoch: int, items: Sequence[Event]) -> None:
+        """Write the records of ``epoch`` that the partition does not hold yet; return when they
+        are acknowledged."""
+        include_ctis = self._config.include_ctis
+        values = [(self._value(e), e.is_cti) for e in items if include_ctis or not e.is_cti]
+        if not values:
+            return
+        count = len(values)
+        write, _, writing = self._verbs
+        failures = 0
+        while True:
+            try:
+                if self._mark is _UNKNOWN:
+                    self._mark = self._read_tail()
+                first = self._first_missing(epoch, count, self._mark)
+                if first < count:
+                    self._send(epoch, values, first)
+                return
+            except Exception as error:
+                if not self._client_error(error):
+                    raise
+                self._reset()
+                failures += 1
+                self._retry_or_raise(
+                    error,
+                    failures,
+                    f"{write} epoch {epoch} to {self._where}",
+                    f"Epochs before it are in the {self._target}; a restart completes this one "
+                    f"without {writing} any {self._record} twice.",
+                )
+
+    def close(self) -> None:
+        """Close the producer."""
+        self._reset()
+
+    # -- what each broker provides ------------------------------------------------------------
+    @property
+    @abstractmethod
+    def _where(self) -> str:
+        """The output partition, for messages."""
+
+    @abstractmethod
+    def _retry_or_raise(self, error: Exception, failures: int, what: str, after: str) -> None:
+        """After the ``failures``-th client ``error`` (the producer closed): back off for the
+        next attempt, or raise the clear error that ends them."""
+
+    @abstractmethod
+    def _send(self, epoch: int, values: list[tuple[bytes, bool]], first: int) -> None:
+        """Send ``(value, is_cti)`` from index ``first`` on, marked; keep ``_mark`` at the last
+        record acknowledged."""
+
+    @abstractmethod
+    def _read_tail(self) -> Mark | None:
+        """The mark of the last record of this scheme in the partition."""
+
+    @abstractmethod
+    def _close_producer(self, producer: Any) -> None: ...
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _first_missing(self, epoch: int, count: int, mark: Mark | None) -> int:
+        where, record, target = self._where, self._record, self._target
+        write, written, _ = self._verbs
+        if mark is None or epoch > mark.epoch:
+            if mark is not None and not mark.complete:
+                raise self._error(
+                    f"{where} ends in the middle of epoch {mark.epoch} ({record} "
+                    f"{mark.index + 1} of {mark.count}), but epoch {epoch} is being delivered; "
+                    f"expected epoch {mark.epoch} to be completed first. The partition was "
+                    "probably written by another query. Fix: give each query its own output "
+                    f"{target} or partition"
+                )
+            return 0
+        if epoch < mark.epoch or mark.complete:
+            return count  # already there
+        if count != mark.count:
+            raise self._error(
+                f"epoch {epoch} was partly {written} to {where} with {mark.count} {record}s, but "
+                f"is delivered again with {count}; expected the same output (an epoch's output "
+                f"is deterministic). Fix: make the query deterministic, or {write} to a new "
+                f"{target} or partition"
+            )
+        return mark.index + 1
+
+    def _value(self, event: Event) -> bytes:
+        cfg = self._config
+        if event.kind is EventKind.CTI:
+            row: dict[str, Any] = {cfg.time_field: _format_time(event.start)}
+        else:
+            row = {
+                cfg.time_field: _format_time(event.start),
+                cfg.end_field: _format_time(event.end),
+                cfg.edge_field: event.edge.value if event.edge is not None else None,
+            }
+            for name, value in event.payload.items():
+                if name in row:
+                    raise ValueError(
+                        f"payload field {name!r} of {event!r} clashes with the output's own field "
+                        f"{name!r} in {self._where}. Fix: rename it in the query (e.g. with "
+                        f"select), or set {type(cfg).__name__} time_field/end_field/edge_field "
+                        "to other names"
+                    )
+                row[name] = value
+        return json.dumps(row, default=_json_default, ensure_ascii=False).encode("utf-8")
+
+    def _tail(self) -> Mark | None:
+        if self._mark is _UNKNOWN:
+            self._mark = self._with_retries(
+                self._config,
+                f"read the tail of {self._where}",
+                f"Nothing was {self._verbs[1]}.",
+                self._read_tail,
+            )
+        return self._mark
+
+    def _reset(self) -> None:
+        """Close the producer and forget the tail: the next call reads it again."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            self._close_producer(producer)
+        self._mark = _UNKNOWN
