@@ -485,10 +485,8 @@ def _sequencer(
             pos = b.column(POS)
             carried["pos"] = _check_order(pos, carried["pos"])
             kind = b.column(KIND)
-            is_end = pc.fill_null(pc.equal(b.column(EDGE), "END"), False).to_numpy(
-                zero_copy_only=False
-            )
-            insert = pc.fill_null(pc.equal(kind, "INSERT"), False).to_numpy(zero_copy_only=False)
+            is_end = _flags(pc.equal(b.column(EDGE), "END"))
+            insert = _flags(pc.equal(kind, "INSERT"))
             start = pc.fill_null(b.column(START), 0).to_numpy(zero_copy_only=False)
             end = pc.fill_null(b.column(END), 0).to_numpy(zero_copy_only=False)
             counted = insert & ~is_end
@@ -525,22 +523,14 @@ def _sequencer(
                 if carried["per"] is not None:
                     per = np.full(n, carried["per"], dtype=np.int64)
 
-            lowest = np.iinfo(np.int64).min
-            contrib = np.full(n, lowest, dtype=np.int64)
-            has = np.zeros(n, dtype=bool)
+            # each item's CTI value, lowest where it has none (given > flush > generated)
+            contrib = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
             if gen.any():
-                shifted = _saturating_sub(ms, delay)
-                contrib = np.where(gen, shifted, contrib)
-                has |= gen
+                contrib = np.where(gen, _saturating_sub(ms, delay), contrib)
             if flush_on_stop:
-                eoi = pc.fill_null(pc.equal(kind, "EOI"), False).to_numpy(zero_copy_only=False)
-                contrib = np.where(eoi, MAX_TIME, contrib)
-                has |= eoi
-            given = pc.is_in(kind, pa.array(["CTI", "BCAST", "WM"]))
-            given = pc.fill_null(given, False).to_numpy(zero_copy_only=False)
+                contrib = np.where(_flags(pc.equal(kind, "EOI")), MAX_TIME, contrib)
+            given = _flags(pc.is_in(kind, pa.array(["CTI", "BCAST", "WM"])))
             contrib = np.where(given, start, contrib)
-            has |= given
-            contrib = np.where(has, contrib, lowest)
             running = np.maximum.accumulate(contrib)
             ca = np.maximum(running, carried["cti"])
             cb = np.empty(n, dtype=np.int64)
@@ -566,6 +556,13 @@ def _sequencer(
             )
 
     return scan
+
+
+def _flags(mask: Any) -> Any:
+    """A boolean Arrow array as numpy, null as False."""
+    import pyarrow.compute as pc
+
+    return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
 
 
 def _saturating_sub(values: Any, d: int) -> Any:
