@@ -589,7 +589,14 @@ def _check_order(pos: Any, before: tuple | None) -> tuple:
         fields = [np.concatenate([[v], f]) for v, f in zip(before, fields, strict=True)]
     decided = np.zeros(len(fields[0]) - 1, dtype=bool)
     for f in fields:
-        if ((f[1:] < f[:-1]) & ~decided).any():
-            raise AssertionError("ingress: a partition's rows came to the scan out of order")
+        back = (f[1:] < f[:-1]) & ~decided
+        if back.any():
+            i = int(np.argmax(back))
+            got = [tuple(int(g[j]) for g in fields) for j in (i, i + 1)]
+            raise AssertionError(
+                f"ingress scan: a source partition's rows came out of position order ({got[1]} "
+                f"after {got[0]}, as (arr, inp, off, part, sub)); expected them sorted by "
+                "position. This is an engine bug (Spark's plan changed): please report it"
+            )
         decided |= f[1:] > f[:-1]
     return last
