@@ -110,6 +110,8 @@ class IngressState:
     #: partitions), and per key the largest keyed CTI candidate (:func:`engine.rows.keyed_rises`)
     key_watermarks: DataFrame | None = None
     key_seen: DataFrame | None = None
+    #: the latest arrival stamp the input has taken (a started query raises later stamps to it)
+    arrival: int | None = None
 
 
 class _StopEpoch(Exception):
@@ -196,7 +198,11 @@ def ingress_epoch(
     insert = kind == "INSERT"
     a = cache.keep(a)
 
-    new_state, first_violation = _collect_state(a, spec, state)
+    new_state, first_violation, first_bad = _collect_state(a, spec, state)
+    if first_bad is not None and (
+        policy is not None or first_violation is None or first_bad < first_violation
+    ):
+        raise _StopEpoch(first_bad, _malformed_error(raw, first_bad))
     violation = None
     if policy is None and first_violation is not None:
         violation = _StopEpoch(first_violation, _violation_error(a, spec, first_violation))
@@ -279,8 +285,9 @@ def _stop_pos(index: int) -> F.Column:
 
 def _collect_state(
     a: DataFrame, spec: InputSpec, state: IngressState
-) -> tuple[IngressState, tuple | None]:
-    """One small job: per partition, the state after the epoch and the epoch's counts."""
+) -> tuple[IngressState, tuple | None, tuple | None]:
+    """One small job: per partition, the state after the epoch and the epoch's counts; and the
+    positions of the epoch's first CTI violation and of its first malformed record."""
     c = F.col
     insert = c(KIND) == "INSERT"
 
@@ -306,12 +313,16 @@ def _collect_state(
             n(c("__drop")).alias("dropped"),
             n(c("__adj")).alias("adjusted"),
             F.min(F.when(c("__viol"), c(POS))).alias("first_violation"),
+            F.min(F.when(c(KIND) == "BAD", c(POS))).alias("first_bad"),
+            F.max(F.when(c(KIND) != "BCAST", c(POS)["arr"])).alias("arrival"),
         )
         .collect()
     )
     parts = [PartitionState(s.count, s.max_start, s.period, s.cti) for s in state.partitions]
     counts = Counter(state.counts)
     first: tuple | None = None
+    bad: tuple | None = None
+    arrival = state.arrival
     for r in rows:
         s = parts[r[_P]]
         if r["cnt"] is not None:
@@ -334,12 +345,24 @@ def _collect_state(
         v = r["first_violation"]
         if v is not None and (first is None or tuple(v) < first):
             first = tuple(v)
-    return IngressState(parts, state.emitted, state.open_edges, counts), first
+        b = r["first_bad"]
+        if b is not None and (bad is None or tuple(b) < bad):
+            bad = tuple(b)
+        if r["arrival"] is not None:
+            arrival = max(arrival if arrival is not None else r["arrival"], r["arrival"])
+    new = IngressState(parts, state.emitted, state.open_edges, counts, arrival=arrival)
+    return new, first, bad
 
 
 def _row_event(r, payload: list[str]) -> Event:
     edge = EdgeType(r[EDGE]) if r[EDGE] else None
     return Event(EventKind.INSERT, r[START], r[END], {k: r[k] for k in payload}, edge)
+
+
+def _malformed_error(raw: DataFrame, pos: tuple) -> MalformedRecordError:
+    """The error the source adapter wrote into the malformed record's row."""
+    message = raw.filter(F.col(POS) == pos_literal(*pos)).select("__error").first()[0]
+    return MalformedRecordError(message)
 
 
 def _violation_error(a: DataFrame, spec: InputSpec, pos: tuple) -> CtiViolationError:

@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from adapters.base import InputAdapter, OutputAdapter
 from engine._spark import parse_schema
 from engine.egress import EgressState, egress_epoch
-from engine.errors import MalformedRecordError, QueryBuildError
+from engine.errors import QueryBuildError
 from engine.events import EventShape
 from engine.ingress import IngressState, InputSpec, PartitionState, _StopEpoch, ingress_epoch
 from engine.operators import LifetimeState, UnionState, alter_lifetime, select, union, where
@@ -246,16 +246,6 @@ class Runtime:
             raws[b.spec.index] = df.localCheckpoint(eager=False, storageLevel=level)
         return raws
 
-    @staticmethod
-    def _first_malformed(raws: dict[int, DataFrame]):
-        """The first malformed record of any input in arrival order, or None."""
-        first = None
-        for df in raws.values():
-            row = df.filter(F.col("__kind") == "BAD").select(POS, "__error").orderBy(POS).first()
-            if row is not None and (first is None or tuple(row[POS]) < tuple(first[POS])):
-                first = row
-        return first
-
     def _cuts(self, raws: dict[int, DataFrame], epochs: int | Sequence[Any]) -> list[int]:
         if not isinstance(epochs, int):
             return sorted({to_ticks(c, what="epoch cut") for c in epochs})
@@ -279,8 +269,6 @@ class Runtime:
         if trace is not None:
             trace.start(self)
         raws = self._read_all()
-        bad = self._first_malformed(raws)
-        limit = tuple(bad[POS]) if bad is not None else None
         cuts = self._cuts(raws, epochs)
         bounds = list(zip([None, *cuts], [*cuts, None], strict=True))
         if self.progress is not None:
@@ -290,9 +278,7 @@ class Runtime:
         try:
             for k, (lo, hi) in enumerate(bounds):
                 last = k == len(bounds) - 1
-                self.run_epoch(k, raws, lo, hi, stop and last and bad is None, limit, delivered)
-            if bad is not None:
-                raise MalformedRecordError(bad["__error"])
+                self.run_epoch(k, raws, lo, hi, stop and last, delivered)
         finally:
             self._trace = None  # only this run is traced (not a later start())
             self.output.close()
@@ -320,23 +306,27 @@ class Runtime:
         lo: int | None,
         hi: int | None,
         stopping: bool,
-        limit: tuple | None,
         delivered: int | None,
     ) -> None:
-        """Run epoch ``k`` (items with arrival in [lo, hi) and position below ``limit``) and
-        deliver it unless the output already has it. Bad input found in it (a CTI violation
-        without a policy, an END edge without a START) delivers everything before it and then
-        raises."""
+        """Run epoch ``k`` (items with arrival in [lo, hi)) and deliver it unless the output
+        already has it. Bad input found in it (a malformed record, a CTI violation without a
+        policy, an END edge without a START) delivers everything before the first bad item and
+        then raises."""
         t0 = time.perf_counter()
-        try:
-            items = self._epoch(raws, lo, hi, stopping, limit)
-        except _StopEpoch as stopped:
-            items = self._epoch(raws, lo, hi, False, stopped.pos)
-            if delivered is None or k > delivered:
-                self.output.deliver(k, items)
-            raise stopped.error from None
+        stopped: _StopEpoch | None = None
+        limit = None
+        while True:
+            try:
+                items = self._epoch(raws, lo, hi, stopping and stopped is None, limit)
+                break
+            except _StopEpoch as found:
+                # Run again up to it: an input after the one that found it may hold an earlier
+                # bad item, found by this next run (each run stops strictly earlier).
+                stopped, limit = found, found.pos
         if delivered is None or k > delivered:
             self.output.deliver(k, items)
+        if stopped is not None:
+            raise stopped.error from None
         seconds = time.perf_counter() - t0
         cti = self._egress.last_cti
         fields = {"query": self.name, "epoch": k, "seconds": round(seconds, 3)}

@@ -27,7 +27,7 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from engine.checkpoint import CheckpointDir
-from engine.errors import MalformedRecordError, QueryBuildError
+from engine.errors import QueryBuildError
 from engine.plan import walk
 from engine.rows import POS
 from engine.temporal import MIN_TIME
@@ -211,48 +211,14 @@ class Streamer:
                 _cti_rows(rt.spark, raws[int(i)], int(i), value, arrival, offsets)
             )
         try:
-            # One small job per input: per partition, its largest stamp and first bad record.
-            is_bad = F.col("__kind") == "BAD"
-            found = {
-                i: {
-                    r["__part"]: r
-                    for r in df.groupBy("__part")
-                    .agg(
-                        F.max("__arr").alias("arr"),
-                        F.min(F.when(is_bad, F.struct(POS, "__error"))).alias("bad"),
-                    )
-                    .collect()
-                }
-                for i, df in raws.items()
-            }
-            capped = [
-                found[i][p]["arr"]
-                for i, r in ranges.items()
-                for p, x in enumerate(r)
-                if x is not None and x[2] and p in found[i]
-            ]
-            cut = min(capped, default=None)
-            bads = sorted(
-                (tuple(r["bad"][0]), r["bad"][1])
-                for rows in found.values()
-                for r in rows.values()
-                if r["bad"] is not None and (cut is None or r["bad"][0][0] < cut)
-            )
-            limit = bads[0][0] if bads else None
+            cut = _cut(raws, ranges)
             delivered = rt.output.delivered_through()
-            rt.run_epoch(k, raws, None, cut, plan["stop"] and not bads, limit, delivered)
-            if bads:
-                raise MalformedRecordError(bads[0][1])
+            rt.run_epoch(k, raws, None, cut, plan["stop"], delivered)
             resume: dict[int, dict[int, int]] = {}
             if cut is not None:  # where each partition goes on: its first item not taken
                 for i, df in raws.items():
                     rows = df.filter(F.col("__arr") >= cut).groupBy("__part").agg(F.min("__off"))
                     resume[i] = {r[0]: r[1] for r in rows.collect()}
-            taken = (
-                [r["arr"] for rows in found.values() for r in rows.values() if r["arr"] < cut]
-                if cut is not None
-                else [r["arr"] for rows in found.values() for r in rows.values()]
-            )
         finally:
             for df in raws.values():
                 df.unpersist()
@@ -264,7 +230,8 @@ class Streamer:
                     self.done[i] = True
                 else:
                     self.next[i][p] = resume.get(i, {}).get(p, x[1])
-        self.floor = max([self.floor, *(a for a in taken if a is not None)])
+        taken = (st.arrival for st in rt._ingress.values() if st.arrival is not None)
+        self.floor = max(self.floor, *taken)
         self.epoch = k + 1
         if self.dir is not None:
             self.dir.commit(k)
@@ -327,6 +294,20 @@ class Streamer:
                 self.step(stopping=flush)
         finally:
             self.rt.output.close()
+
+
+def _cut(raws: dict[int, Any], ranges: dict[int, list[Any]]) -> int | None:
+    """The lowest of the largest stamps the capped partitions reached (one small job per input
+    with a capped partition), or None when no partition is capped."""
+    highs: list[int] = []
+    for i, r in ranges.items():
+        capped = [p for p, x in enumerate(r) if x is not None and x[2]]
+        if capped:
+            rows = (
+                raws[i].filter(F.col("__part").isin(capped)).groupBy("__part").agg(F.max("__arr"))
+            )
+            highs += [row[1] for row in rows.collect()]
+    return min(highs, default=None)
 
 
 def _cti_rows(spark, like, index: int, value: int, arrival: int, offsets: list[int]):

@@ -14,6 +14,8 @@ from engine import (
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
+    CtiViolationError,
+    EventOrderingSettings,
     EventShape,
     MalformedRecordError,
 )
@@ -122,3 +124,84 @@ def test_with_a_dead_letter_file_malformed_records_are_set_aside(app, tmp_path):
     assert [r[2] for r in read_output(out) if r[0] == "INSERT"] == [{"v": 1}, {"v": 4}]
     letters = [json.loads(line) for line in dead.read_text().splitlines()]
     assert [(x["line"], "naive" in x["error"]) for x in letters] == [(2, True)]
+
+
+@pytest.mark.parametrize("second", ["malformed", "violation"])
+def test_the_first_bad_item_of_any_input_stops_the_run(app, tmp_path, second):
+    # Inputs a and b (explicit CTIs, no policy) run in that order within an epoch. a breaks its
+    # CTI at arrival 3; b has a bad item at arrival 2, found only when the epoch runs again up to
+    # a's violation. The run must stop at b's, the first in arrival order, after delivering all
+    # before it: the union's CTI min(5, 3) = 3 and the two points at 1 s.
+    write_jsonl(
+        tmp_path / "a.jsonl",
+        [
+            {"ts": iso(1), "v": 1},
+            {"ts": iso(5), "c": True},
+            {"ts": iso(6), "v": 6},
+            {"ts": iso(2), "v": 2},  # arrival 3: below a's CTI at 5 s
+        ],
+    )
+    bad = '{"ts": broken' if second == "malformed" else {"ts": iso(2), "v": 2}
+    write_jsonl(tmp_path / "b.jsonl", [{"ts": iso(1), "v": 10}, {"ts": iso(3), "c": True}, bad])
+
+    def stream(name):
+        config = FileInputConfig(
+            path=str(tmp_path / f"{name}.jsonl"), time_column="ts", cti_column="c", schema="v long"
+        )
+        return Stream.create(name, FileInputFactory(), config, EventShape.POINT)
+
+    out = tmp_path / "out.jsonl"
+    query = (
+        stream("a")
+        .union(stream("b"))
+        .to_query(
+            app,
+            f"first-bad-{second}",
+            FileOutputFactory(),
+            FileOutputConfig(path=str(out)),
+            EventShape.POINT,
+        )
+    )
+    error = MalformedRecordError if second == "malformed" else CtiViolationError
+    with pytest.raises(error, match=r"b\.jsonl.*(line 3|offset 2)"):
+        query.run()
+    assert read_output(out) == [
+        ("INSERT", iso(1), {"v": 1}),
+        ("INSERT", iso(1), {"v": 10}),
+        ("CTI", iso(3), {}),
+    ]
+
+
+def test_a_malformed_record_of_an_ordered_input_stops_the_run_after_everything_before_it(
+    app, tmp_path
+):
+    # Arrival-time policies (§7) run before ingress and pass the malformed record on to it,
+    # which stops the run where it arrived. The watermark (max event time, no out-of-order
+    # tolerance) makes CTIs at 1 s and 2 s; the point at 2 s waits for a later CTI, which never
+    # comes.
+    rows = [{"t": iso(s), "a": iso(s), "v": s} for s in (1, 2, 4)]
+    write_jsonl(tmp_path / "in.jsonl", [*rows[:2], '{"t": broken', rows[2]])
+    config = FileInputConfig(
+        path=str(tmp_path / "in.jsonl"),
+        time_column="t",
+        arrival_column="a",
+        schema="t timestamp, v long",
+    )
+    stream = Stream.create(
+        "ordered",
+        FileInputFactory(),
+        config,
+        EventShape.POINT,
+        ordering=EventOrderingSettings(event_time="t"),
+    )
+    out = tmp_path / "out.jsonl"
+    query = stream.to_query(
+        app, "ordered-bad", FileOutputFactory(), FileOutputConfig(path=str(out)), EventShape.POINT
+    )
+    with pytest.raises(MalformedRecordError, match=r"in\.jsonl, line 3"):
+        query.run()
+    assert read_output(out) == [
+        ("CTI", iso(1), {}),
+        ("INSERT", iso(1), {"t": iso(1), "v": 1}),
+        ("CTI", iso(2), {}),
+    ]
