@@ -1,9 +1,10 @@
 """Ingress: explicit, generated and imported CTIs, violation policies, partitions (semantics §3).
 
-One epoch of one input is one Spark plan: the input's items of the epoch, plus the imported CTIs
-and the stop flush broadcast to every partition, are sorted by arrival position within each source
-partition, and one Arrow function per partition (:func:`_sequencer`) scans them in that order,
-computing what the spec describes item by item with running counts and maxima in numpy:
+One epoch of one input is one Spark plan: one Arrow function per source partition
+(:func:`_sequencer`) scans the input's items of the epoch in arrival order, where they were read
+(the source hands each partition in that order), or, when the imported CTIs or the stop flush are
+broadcast to every partition, after sorting them by arrival position within each partition. It
+computes what the spec describes item by item with running counts and maxima in numpy:
 
 * ``cnt``/``ms``: running count and running max start of the *counted* events (points, intervals,
   START edges, with their original start, dropped or not);
@@ -133,13 +134,16 @@ def ingress_epoch(
     state: IngressState,
     cache: EpochCache,
     trace: Any = None,
+    in_order: bool = False,
 ) -> tuple[Flow, IngressState]:
     """Run one epoch of ``spec``'s ingress.
 
     ``raw``: the input's items of this epoch (``__kind`` INSERT / CTI / EOI, ``__edge``,
     ``__start``, ``__end``, ``__pos``, ``__part``, payload). ``imports``: CTIs of the imported input
     in this epoch (``__pos``, ``__c``). ``flush_at_stop``: the query stops after this epoch and the
-    input flushes on stop. Returns the input's events and CTIs and the state after the epoch.
+    input flushes on stop. ``in_order``: each of ``raw``'s Spark partitions holds one source
+    partition's rows in position order (as the input was read). Returns the input's events and
+    CTIs and the state after the epoch.
     """
     settings = spec.settings
     gen = settings.generation if settings else None
@@ -183,8 +187,8 @@ def ingress_epoch(
 
     # The sequential part of §3, item by item within each source partition, runs as one Arrow
     # function per partition over its rows in arrival order (running counts and maxima in numpy);
-    # the partitions' state before the epoch travels with the function.
-    ordered = seq.repartition(_P).sortWithinPartitions(_P, POS)
+    # the partitions' state before the epoch travels with the function. Where the rows already
+    # come that way and nothing is broadcast to the partitions, it runs where they were read.
     step = _sequencer(
         [(s.count, s.max_start, s.period, s.cti) for s in state.partitions],
         gen.frequency_ticks if gen is not None else None,
@@ -193,7 +197,11 @@ def ingress_epoch(
         spec.flush_on_stop,
         policy is AdvanceTimePolicy.ADJUST,
     )
-    a = ordered.groupBy(_P).applyInArrow(step, _sequenced_schema(ordered.schema))
+    if in_order and not broadcast:
+        a = seq.mapInArrow(step, _sequenced_schema(seq.schema))
+    else:
+        ordered = seq.repartition(_P).sortWithinPartitions(_P, POS)
+        a = ordered.groupBy(_P).applyInArrow(step, _sequenced_schema(ordered.schema))
     kind, edge, cb = F.col(KIND), F.col(EDGE), F.col("__cb")
     insert = kind == "INSERT"
     a = cache.keep(a)
@@ -502,9 +510,16 @@ def _sequencer(
             n = b.num_rows
             if n == 0:
                 continue
+            part = pc.min_max(b.column(_P)).as_py()
             if carried is None:
-                count, max_start, period, cti = states[b.column(_P)[0].as_py()]
+                count, max_start, period, cti = states[part["min"]]
                 carried = {"count": count, "ms": max_start, "per": period, "cti": cti, "pos": None}
+                carried["part"] = part["min"]
+            if part["min"] != carried["part"] or part["max"] != carried["part"]:
+                raise RuntimeError(
+                    f"ingress scan: rows of source partitions {part} in the scan of partition "
+                    f"{carried['part']}; expected one partition's rows only (engine bug)"
+                )
             pos = b.column(POS)
             carried["pos"] = _check_order(pos, carried["pos"])
             kind = b.column(KIND)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -307,17 +307,19 @@ class Runtime:
         hi: int | None,
         stopping: bool,
         delivered: int | None,
+        as_read: Collection[int] | None = None,
     ) -> None:
         """Run epoch ``k`` (items with arrival in [lo, hi)) and deliver it unless the output
-        already has it. Bad input found in it (a malformed record, a CTI violation without a
-        policy, an END edge without a START) delivers everything before the first bad item and
-        then raises."""
+        already has it. ``as_read``: the inputs whose raw rows are as :meth:`_read_all` read
+        them (None: all); the others had rows added. Bad input found in it (a malformed record,
+        a CTI violation without a policy, an END edge without a START) delivers everything
+        before the first bad item and then raises."""
         t0 = time.perf_counter()
         stopped: _StopEpoch | None = None
         limit = None
         while True:
             try:
-                items = self._epoch(raws, lo, hi, stopping and stopped is None, limit)
+                items = self._epoch(raws, lo, hi, stopping and stopped is None, limit, as_read)
                 break
             except _StopEpoch as found:
                 # Run again up to it: an input after the one that found it may hold an earlier
@@ -405,16 +407,17 @@ class Runtime:
         hi: int | None,
         stopping: bool,
         before: tuple | None,
+        as_read: Collection[int] | None = None,
     ) -> list:
         """One epoch: items with arrival in [lo, hi) (and position < ``before``). Commits the new
         states only when the whole epoch succeeded."""
         cache = EpochCache()
         try:
-            return self._epoch_plan(raws, lo, hi, stopping, before, cache)
+            return self._epoch_plan(raws, lo, hi, stopping, before, cache, as_read)
         finally:
             cache.release()
 
-    def _epoch_plan(self, raws, lo, hi, stopping, before, cache: EpochCache) -> list:
+    def _epoch_plan(self, raws, lo, hi, stopping, before, cache: EpochCache, as_read) -> list:
         trace = self._trace
         if trace is not None:
             trace.begin_epoch(lo, hi)
@@ -453,6 +456,8 @@ class Runtime:
                 ingress[b.spec.index],
                 cache,
                 trace,
+                # an input's partitions come in position order as read, §7 reorders them
+                b.spec.ordering is None and (as_read is None or b.spec.index in as_read),
             )
             flows[id(b.node)] = flow
             if trace is not None:  # the input's keyed CTIs (made after trace.ingress)

@@ -51,44 +51,75 @@ def raw_batches(
     """Source partition ``name`` (index ``p``) of input ``index`` as raw Arrow batches, offsets
     ``start`` up to (not including) ``end`` (None: to its end). A malformed record ends it with
     one BAD row (after everything before it), which the driver raises once everything before it
-    in arrival order has been delivered."""
+    in arrival order has been delivered. So does an item out of the order the adapter contract
+    promises (offsets increasing, arrivals not decreasing): the engine relies on each partition
+    coming in position order."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql.pandas.types import to_arrow_schema
 
     out = to_arrow_schema(StructType(RAW_HEADER + list(payload.fields)), timezone="UTC")
     arrival, offset = 0, start
+    last: tuple[int, int] | None = None  # the last item's (arrival, offset)
     try:
         for b in adapter.read_batches(name, start, to_arrow_schema(payload, timezone="UTC")):
             past = end is not None and b.num_rows and b.column("__off")[-1].as_py() >= end
             if past:
                 b = b.filter(pc.less(b.column("__off"), end))
+            disorder = _disorder(b, name, last)
+            if disorder is not None:  # yield what comes before it, then stop there
+                b = b.slice(0, disorder[0])
             n = b.num_rows
-            if n == 0:
-                if past:
-                    return
-                continue
-            kind = b.column("__kind")
-            for old, new in _KINDS.items():
-                kind = pc.if_else(pc.equal(kind, old), new, kind)
-            extra = {
-                "__kind": kind,
-                "__inp": pa.array([index] * n, pa.int32()),
-                "__part": pa.array([p] * n, pa.int32()),
-                "__error": pa.nulls(n, pa.string()),
-            }
-            columns = [extra[f.name] if f.name in extra else b.column(f.name) for f in out]
-            yield pa.RecordBatch.from_arrays(
-                [c.cast(f.type) for c, f in zip(columns, out, strict=True)], schema=out
-            )
-            arrival = b.column("__arr")[n - 1].as_py()
-            offset = b.column("__off")[n - 1].as_py() + 1
+            if n:
+                kind = b.column("__kind")
+                for old, new in _KINDS.items():
+                    kind = pc.if_else(pc.equal(kind, old), new, kind)
+                extra = {
+                    "__kind": kind,
+                    "__inp": pa.array([index] * n, pa.int32()),
+                    "__part": pa.array([p] * n, pa.int32()),
+                    "__error": pa.nulls(n, pa.string()),
+                }
+                columns = [extra[f.name] if f.name in extra else b.column(f.name) for f in out]
+                yield pa.RecordBatch.from_arrays(
+                    [c.cast(f.type) for c, f in zip(columns, out, strict=True)], schema=out
+                )
+                arrival = b.column("__arr")[n - 1].as_py()
+                offset = b.column("__off")[n - 1].as_py() + 1
+                last = (arrival, offset - 1)
+            if disorder is not None:
+                raise MalformedRecordError(disorder[1])
             if past:
                 return
     except MalformedRecordError as bad:
         row = {"__kind": "BAD", "__arr": arrival, "__inp": index, "__off": offset}
         row |= {"__part": p, "__error": str(bad)}
         yield pa.RecordBatch.from_pylist([row], schema=out)
+
+
+def _disorder(batch: Any, partition: str, last: tuple[int, int] | None) -> tuple[int, str] | None:
+    """The index of the batch's first item whose offset does not increase or whose arrival goes
+    back (``last``: the item before the batch), and the error to raise there; or None."""
+    import numpy as np
+
+    if batch.num_rows == 0:
+        return None
+    arr = batch.column("__arr").to_numpy(zero_copy_only=False)
+    off = batch.column("__off").to_numpy(zero_copy_only=False)
+    low = np.iinfo(np.int64).min
+    prev_arr = np.concatenate(([last[0] if last else low], arr[:-1]))
+    prev_off = np.concatenate(([last[1] if last else low], off[:-1]))
+    bad = np.flatnonzero((arr < prev_arr) | (off <= prev_off))
+    if not bad.size:
+        return None
+    i = int(bad[0])
+    return i, (
+        f"partition {partition!r}, offset {int(off[i])}: arrival {int(arr[i])} after arrival "
+        f"{int(prev_arr[i])} at offset {int(prev_off[i])}; expected offsets that increase and "
+        "arrival stamps that do not decrease within a partition (the input adapter contract). "
+        "Fix: make the adapter's read yield its items in offset order with non-decreasing "
+        "arrival stamps"
+    )
 
 
 Ranges = Sequence[tuple[int, int | None] | None]

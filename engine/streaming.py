@@ -213,7 +213,8 @@ class Streamer:
         try:
             cut = _cut(raws, ranges)
             delivered = rt.output.delivered_through()
-            rt.run_epoch(k, raws, None, cut, plan["stop"], delivered)
+            as_read = [i for i in raws if str(i) not in plan.get("ctis", {})]
+            rt.run_epoch(k, raws, None, cut, plan["stop"], delivered, as_read)
             resume: dict[int, dict[int, int]] = {}
             if cut is not None:  # where each partition goes on: its first item not taken
                 for i, df in raws.items():

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import pytest
 
-from adapters.base import InputAdapterFactory
+from adapters.base import InputAdapter, InputAdapterFactory, ItemKind, SourceItem
 from adapters.memory import (
     EventScript,
     MemoryInputConfig,
@@ -21,6 +21,7 @@ from engine import (
     AdvanceTimePolicy,
     AdvanceTimeSettings,
     EventShape,
+    MalformedRecordError,
     QueryBuildError,
     cti,
     point,
@@ -106,3 +107,43 @@ def test_factories_must_be_instances():
     with pytest.raises(TypeError, match="InputAdapterFactory instance"):
         Stream.create("a", MemoryInputFactory, None, EventShape.POINT)  # type: ignore[arg-type]
     assert issubclass(MemoryInputFactory, InputAdapterFactory)
+
+
+class Backwards(InputAdapter):
+    """A user's adapter that breaks the contract: its third item arrives before the second."""
+
+    def partitions(self):
+        return ["only"]
+
+    def payload_schema(self):
+        return "v long"
+
+    def read(self, partition, start_offset):
+        for offset, (t, arrival) in enumerate([(10, 1), (20, 5), (30, 3), (40, 6)]):
+            if offset >= start_offset:
+                yield SourceItem(ItemKind.EVENT, offset, arrival, point(t, {"v": t}))
+
+
+class BackwardsFactory(InputAdapterFactory):
+    def create(self, config, shape):
+        return Backwards()
+
+
+def test_an_item_arriving_before_the_one_before_it_stops_the_run_after_what_came_first(app):
+    every_event = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(1), policy=AdvanceTimePolicy.DROP
+    )
+    stream = Stream.create("a", BackwardsFactory(), None, EventShape.POINT, every_event)
+    q = stream.to_query(
+        app,
+        "backwards",
+        MemoryOutputFactory(),
+        MemoryOutputConfig(name="backwards"),
+        EventShape.POINT,
+    )
+    with pytest.raises(MalformedRecordError) as error:
+        q.run()
+    message = str(error.value)
+    assert "partition 'only', offset 2: arrival 3 after arrival 5 at offset 1" in message
+    assert "Fix:" in message
+    assert MemoryOutputFactory.collected("backwards") == [cti(10), point(10, {"v": 10}), cti(20)]
