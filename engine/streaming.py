@@ -232,7 +232,7 @@ class Streamer:
                 else:
                     self.next[i][p] = resume.get(i, {}).get(p, x[1])
         taken = (st.arrival for st in rt._ingress.values() if st.arrival is not None)
-        self.floor = max(self.floor, *taken)
+        self.floor = max([self.floor, *taken])
         self.epoch = k + 1
         if self.dir is not None:
             self.dir.commit(k)

@@ -326,6 +326,7 @@ def test_an_item_of_a_lagging_live_partition_is_taken_as_arriving_when_it_is_rea
     name = f"live-{_tag()}"
     q = query(live, name)
     q.start(trigger=None)
+    q.step()  # nothing yet: the floor stays where it was
     produce(b, live, [early])
     q.step()  # takes partition 0's record, stamped T0 + 10 s
     produce(b, live, [lagging])  # partition 1 delivers a record stamped T0 + 5 s
