@@ -21,7 +21,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from adapters.base import InputAdapter, ItemKind
 from engine.errors import MalformedRecordError
 
-__all__ = ["RAW_HEADER", "read_input"]
+__all__ = ["RAW_HEADER", "read_input", "source_name"]
 
 RAW_HEADER = [
     StructField("__kind", StringType(), False),
@@ -150,8 +150,14 @@ class _Reader(DataSourceReader):
         )
 
 
+def source_name() -> str:
+    """A Data Source name no other input of this process uses."""
+    return f"ctistream_input_{next(_names)}"
+
+
 def read_input(
     spark: SparkSession,
+    name: str,
     adapter: InputAdapter,
     index: int,
     partitions: list[str],
@@ -160,9 +166,13 @@ def read_input(
 ) -> DataFrame:
     """The raw rows of one input, read on the executors through a Python Data Source.
     ``ranges``: per source partition, the offsets ``(start, end)`` to read (``end`` None: to
-    the partition's end), or None to skip the partition; None reads everything."""
+    the partition's end), or None to skip the partition; None reads everything.
+
+    The source is registered under ``name`` (:func:`source_name`, one per input) with the
+    adapter as it is now (a live adapter's end-offset snapshot changes every epoch). Spark keeps
+    every registered source for the session's life, so each read of an input replaces its
+    previous registration instead of adding one; a DataFrame already loaded keeps its own."""
     schema = StructType(RAW_HEADER + list(payload.fields))
-    name = f"ctistream_input_{next(_names)}"
 
     class Source(DataSource):
         @classmethod
