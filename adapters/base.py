@@ -92,8 +92,9 @@ class SourceItem:
     """One item of one source partition.
 
     ``offset`` is the item's position in its partition (strictly increasing); ``arrival`` is its
-    arrival stamp in ticks (non-decreasing within a partition). ``event`` is the event or CTI,
-    ``None`` for :attr:`ItemKind.END`.
+    arrival stamp in ticks (non-decreasing within a partition). The engine checks both: an item
+    out of that order stops the input like a malformed record, after the items before it.
+    ``event`` is the event or CTI, ``None`` for :attr:`ItemKind.END`.
     """
 
     kind: ItemKind
