@@ -230,6 +230,7 @@ class Runtime:
                 b.spec.partitions,
                 b.schema,
                 None if ranges is None else ranges[b.spec.index],
+                b.spec.name,
             )
             if floor is not None:
                 df = df.withColumn("__arr", F.greatest(F.col("__arr"), F.lit(floor)))

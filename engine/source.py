@@ -47,6 +47,7 @@ def raw_batches(
     payload: StructType,
     start: int = 0,
     end: int | None = None,
+    input_name: str | None = None,
 ) -> Iterator[Any]:
     """Source partition ``name`` (index ``p``) of input ``index`` as raw Arrow batches, offsets
     ``start`` up to (not including) ``end`` (None: to its end). A malformed record ends it with
@@ -66,7 +67,10 @@ def raw_batches(
             past = end is not None and b.num_rows and b.column("__off")[-1].as_py() >= end
             if past:
                 b = b.filter(pc.less(b.column("__off"), end))
-            disorder = _disorder(b, name, last)
+            where = f"partition {name!r}"
+            if input_name is not None:
+                where = f"input {input_name!r}, {where}"
+            disorder = _disorder(b, where, last)
             if disorder is not None:  # yield what comes before it, then stop there
                 b = b.slice(0, disorder[0])
             n = b.num_rows
@@ -97,7 +101,7 @@ def raw_batches(
         yield pa.RecordBatch.from_pylist([row], schema=out)
 
 
-def _disorder(batch: Any, partition: str, last: tuple[int, int] | None) -> tuple[int, str] | None:
+def _disorder(batch: Any, where: str, last: tuple[int, int] | None) -> tuple[int, str] | None:
     """The index of the batch's first item whose offset does not increase or whose arrival goes
     back (``last``: the item before the batch), and the error to raise there; or None."""
     import numpy as np
@@ -114,7 +118,7 @@ def _disorder(batch: Any, partition: str, last: tuple[int, int] | None) -> tuple
         return None
     i = int(bad[0])
     return i, (
-        f"partition {partition!r}, offset {int(off[i])}: arrival {int(arr[i])} after arrival "
+        f"{where}, offset {int(off[i])}: arrival {int(arr[i])} after arrival "
         f"{int(prev_arr[i])} at offset {int(prev_off[i])}; expected offsets that increase and "
         "arrival stamps that do not decrease within a partition (the input adapter contract). "
         "Fix: make the adapter's read yield its items in offset order with non-decreasing "
@@ -133,8 +137,10 @@ class _Reader(DataSourceReader):
         parts: list[str],
         payload: StructType,
         ranges: Ranges | None,
+        input_name: str | None = None,
     ):
         self._adapter, self._index, self._parts, self._payload = adapter, index, parts, payload
+        self._input_name = input_name
         self._ranges = ranges if ranges is not None else [(0, None)] * len(parts)
 
     def partitions(self) -> list[InputPartition]:
@@ -146,7 +152,14 @@ class _Reader(DataSourceReader):
             return
         p, start, end = partition.value
         yield from raw_batches(
-            self._adapter, self._index, p, self._parts[p], self._payload, start, end
+            self._adapter,
+            self._index,
+            p,
+            self._parts[p],
+            self._payload,
+            start,
+            end,
+            self._input_name,
         )
 
 
@@ -163,10 +176,12 @@ def read_input(
     partitions: list[str],
     payload: StructType,
     ranges: Ranges | None = None,
+    input_name: str | None = None,
 ) -> DataFrame:
     """The raw rows of one input, read on the executors through a Python Data Source.
     ``ranges``: per source partition, the offsets ``(start, end)`` to read (``end`` None: to
-    the partition's end), or None to skip the partition; None reads everything.
+    the partition's end), or None to skip the partition; None reads everything. ``input_name``:
+    the input's name in the query, for errors.
 
     The source is registered under ``name`` (:func:`source_name`, one per input) with the
     adapter as it is now (a live adapter's end-offset snapshot changes every epoch). Spark keeps
@@ -183,7 +198,7 @@ def read_input(
             return schema
 
         def reader(self, schema: StructType) -> DataSourceReader:
-            return _Reader(adapter, index, partitions, payload, ranges)
+            return _Reader(adapter, index, partitions, payload, ranges, input_name)
 
     spark.dataSource.register(Source)
     return spark.read.format(name).load()

@@ -145,5 +145,6 @@ def test_an_item_arriving_before_the_one_before_it_stops_the_run_after_what_came
         q.run()
     message = str(error.value)
     assert "partition 'only', offset 2: arrival 3 after arrival 5 at offset 1" in message
+    assert message.startswith("input 'a', partition 'only'")
     assert "Fix:" in message
     assert MemoryOutputFactory.collected("backwards") == [cti(10), point(10, {"v": 10}), cti(20)]
