@@ -27,6 +27,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from engine.rows import checkpoint
+
 __all__ = ["CheckpointDir"]
 
 _KEEP = 2  # state snapshots kept (the newest may be the one being written when a crash hits)
@@ -110,7 +112,7 @@ class CheckpointDir:
             if not isinstance(value, dict):
                 return value
             if "__df__" in value:
-                return spark.read.parquet(str(base / value["__df__"])).localCheckpoint()
+                return checkpoint(spark.read.parquet(str(base / value["__df__"])))
             if "__counter__" in value:
                 return Counter(value["__counter__"])
             if "__dict__" in value:

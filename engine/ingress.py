@@ -45,6 +45,7 @@ from engine.rows import (
     START,
     EpochCache,
     Flow,
+    checkpoint,
     keyed_rises,
     min_of_latest,
     pos_literal,
@@ -243,7 +244,7 @@ def ingress_epoch(
         return Flow(events, ctis, spec.edges), new_state
     candidates = cache.keep(_key_candidates(a, change, spec, state, new_state))
     keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
-    new_state.key_seen = seen.localCheckpoint()
+    new_state.key_seen = checkpoint(seen)
     return Flow(events, ctis, spec.edges, cache.keep(keyed), over), new_state
 
 
@@ -283,7 +284,7 @@ def _key_candidates(
     seen = marks.select(KEY, _P, "__w")
     if state.key_watermarks is not None:
         seen = state.key_watermarks.unionByName(seen)
-    new.key_watermarks = seen.groupBy(KEY, _P).agg(F.max("__w").alias("__w")).localCheckpoint()
+    new.key_watermarks = checkpoint(seen.groupBy(KEY, _P).agg(F.max("__w").alias("__w")))
     return rows.select(POS, KEY, F.least(*per_part).alias(CTI))
 
 
@@ -448,7 +449,7 @@ def _match_edges(
     dropped = matched.filter(F.col("__sdrop")).count()
     closed = matched.filter(~F.col("__sdrop")).drop("__sdrop")
     used = j.select(*[F.col(f"s.{k}").alias(k) for k in [*key, "__r"]])
-    still_open = (
+    still_open = checkpoint(
         starts.alias("s")
         .join(
             used.alias("u"),
@@ -456,7 +457,6 @@ def _match_edges(
             "left_anti",
         )
         .drop("__r")
-        .localCheckpoint()
     )
     return closed, still_open, dropped
 

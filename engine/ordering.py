@@ -52,7 +52,16 @@ from pyspark.sql.types import (
 
 from engine.errors import QueryBuildError
 from engine.events import EventShape
-from engine.rows import END, KIND, POS, START, EpochCache, pos_literal, saturating_sub
+from engine.rows import (
+    END,
+    KIND,
+    POS,
+    START,
+    EpochCache,
+    checkpoint,
+    pos_literal,
+    saturating_sub,
+)
 from engine.settings import AdvanceTimeSettings, EventOrderingSettings, OrderingAction
 from engine.temporal import MAX_TIME, MIN_TIME, to_ticks
 from engine.temporal import saturating_sub as minus
@@ -310,10 +319,10 @@ def order_epoch(
             if what != "events_in":
                 new.counts[what] += r[col]
     if over is not None:
-        new.keys = (
-            d.groupBy(_P, over)
-            .agg(F.max("__seen").alias("__m"), *[F.sum(col).alias(col) for col in _KEY_COUNTS])
-            .localCheckpoint()
+        new.keys = checkpoint(
+            d.groupBy(_P, over).agg(
+                F.max("__seen").alias("__m"), *[F.sum(col).alias(col) for col in _KEY_COUNTS]
+            )
         )
     if decided is not None:
         decided(_decisions(events, over))

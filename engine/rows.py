@@ -13,8 +13,14 @@ Spark plans as events (architecture.md: "CTIs are rows").
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
@@ -31,14 +37,18 @@ __all__ = [
     "POS",
     "POS_TYPE",
     "START",
+    "Checkpoints",
     "EpochCache",
     "Flow",
+    "checkpoint",
     "keyed_inputs",
     "keyed_min_of_latest",
     "keyed_rises",
+    "leaf_rdds",
     "min_of_latest",
     "payload_columns",
     "pos_literal",
+    "release",
     "saturating_sub",
 ]
 
@@ -95,6 +105,93 @@ class Flow:
         return Flow(self.events, self.ctis, self.edges)
 
 
+#: the local checkpoints made while a :meth:`Checkpoints.recording` block runs (in this context)
+_made: ContextVar[list[DataFrame] | None] = ContextVar("ctistream_checkpoints", default=None)
+
+
+def checkpoint(df: DataFrame, eager: bool = True, level: StorageLevel | None = None) -> DataFrame:
+    """``df.localCheckpoint(...)``: its rows computed once and kept by Spark's block manager,
+    its lineage cut. Inside :meth:`Checkpoints.recording` the checkpoint is recorded, so it is
+    released as soon as no state refers to it."""
+    if level is None:
+        out = df.localCheckpoint(eager=eager)
+    else:
+        out = df.localCheckpoint(eager=eager, storageLevel=level)
+    made = _made.get()
+    if made is not None:
+        made.append(out)
+    return out
+
+
+class Checkpoints:
+    """The local checkpoints of one query, released once nothing kept refers to them.
+
+    ``unpersist()`` on a DataFrame made by ``localCheckpoint()`` leaves its blocks in place;
+    Spark frees them only when the JVM's garbage collector has collected the checkpointed RDD,
+    which may take many epochs, while the blocks fill the memory store and the heap grows with
+    the number of epochs. So every checkpoint an epoch makes is recorded, and after the epoch
+    (committed or not) every recorded checkpoint that the query's state does not read from is
+    unpersisted at once. A checkpoint read by a lazy state DataFrame stays."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, Any] = {}  # RDD id -> the JVM RDD (kept until released)
+
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        made: list[DataFrame] = []
+        token = _made.set(made)
+        try:
+            yield
+        finally:
+            _made.reset(token)
+            for df in made:
+                rdd = df._jdf.queryExecution().analyzed().rdd()
+                self._known[rdd.id()] = rdd
+
+    def release_all_but(self, *kept: Any) -> None:
+        """Unpersist every recorded checkpoint that no DataFrame in ``kept`` (dataclasses,
+        lists, tuples and dicts holding DataFrames) reads from."""
+        live = {r.id(): r for df in _frames(kept) for r in leaf_rdds(df)}
+        for i, rdd in self._known.items():
+            if i not in live:
+                rdd.unpersist(False)
+        self._known = live
+
+
+def leaf_rdds(df: DataFrame) -> list[Any]:
+    """The JVM RDDs that ``df``'s plan reads (a local checkpoint is one, for example)."""
+    jvm = df.sparkSession._jvm
+    assert jvm is not None
+    leaves = df._jdf.queryExecution().analyzed().collectLeaves()
+    return [
+        leaf.rdd()
+        for leaf in jvm.scala.jdk.javaapi.CollectionConverters.asJava(leaves)
+        if leaf.getClass().getSimpleName() == "LogicalRDD"
+    ]
+
+
+def release(frames: Any) -> None:
+    """Unpersist the RDDs that the DataFrames in ``frames`` read from (their local checkpoints:
+    ``unpersist()`` on the DataFrames would leave those in place)."""
+    for df in _frames(frames):
+        for rdd in leaf_rdds(df):
+            rdd.unpersist(False)
+
+
+def _frames(value: Any) -> Iterator[DataFrame]:
+    if isinstance(value, DataFrame):
+        yield value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from _frames(getattr(value, f.name))
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _frames(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _frames(v)
+
+
 def payload_columns(df: DataFrame) -> list[str]:
     return [c for c in df.columns if not c.startswith("__")]
 
@@ -105,7 +202,7 @@ def hold(df: DataFrame) -> DataFrame:
     the previous state and the epoch's new rows would otherwise gain partitions every epoch,
     and every later epoch would run a task per partition."""
     n = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    return df.coalesce(n).localCheckpoint()
+    return checkpoint(df.coalesce(n))
 
 
 def pos_literal(arr: int, inp: int, off: int, part: int = 0, sub: int = 0) -> Column:
@@ -262,7 +359,7 @@ def keyed_min_of_latest(
             .groupBy(KEY)
             .agg(*[F.max(f"__k{g}").alias(f"__k{g}") for g in range(n)], F.max(CTI).alias(CTI))
         )
-    return out, new.localCheckpoint()
+    return out, checkpoint(new)
 
 
 def keyed_inputs(flows: list[Flow], usable: list[bool], on: tuple[str, ...] | None) -> str | None:

@@ -53,7 +53,16 @@ from engine.plan import (
     WindowNode,
     walk,
 )
-from engine.rows import POS, EpochCache, Flow, payload_columns, pos_literal
+from engine.rows import (
+    POS,
+    Checkpoints,
+    EpochCache,
+    Flow,
+    checkpoint,
+    payload_columns,
+    pos_literal,
+    release,
+)
 from engine.schema import check_payload_names, schema_differences
 from engine.source import read_input, source_name
 from engine.temporal import MIN_TIME, format_ticks, to_ticks
@@ -96,6 +105,7 @@ class Runtime:
         self.inputs = self._bind()
         self._order = self._import_order()
         self._sources = {b.spec.index: source_name() for b in self.inputs}
+        self._held = Checkpoints()
 
     # -- binding ------------------------------------------------------------------------------
     def _bind(self) -> list[BoundInput]:
@@ -247,7 +257,7 @@ class Runtime:
             # read when first used (by the first job over it), once per run; a bounded run's
             # whole input waits on disk, not in memory
             level = StorageLevel.DISK_ONLY if ranges is None else StorageLevel.MEMORY_AND_DISK
-            raws[b.spec.index] = df.localCheckpoint(eager=False, storageLevel=level)
+            raws[b.spec.index] = checkpoint(df, eager=False, level=level)
         return raws
 
     def _cuts(self, raws: dict[int, DataFrame], epochs: int | Sequence[Any]) -> list[int]:
@@ -286,8 +296,7 @@ class Runtime:
         finally:
             self._trace = None  # only this run is traced (not a later start())
             self.output.close()
-            for df in raws.values():
-                df.unpersist()
+            release(raws)
 
     def reset_state(self) -> None:
         """The state before the first epoch."""
@@ -417,9 +426,11 @@ class Runtime:
         states only when the whole epoch succeeded."""
         cache = EpochCache()
         try:
-            return self._epoch_plan(raws, lo, hi, stopping, before, cache, as_read)
+            with self._held.recording():
+                return self._epoch_plan(raws, lo, hi, stopping, before, cache, as_read)
         finally:
             cache.release()
+            self._held.release_all_but(self._ingress, self._ordering, self._ops, self._egress)
 
     def _epoch_plan(self, raws, lo, hi, stopping, before, cache: EpochCache, as_read) -> list:
         trace = self._trace
@@ -531,10 +542,10 @@ class Runtime:
                 # local checkpoint makes each operator's output a leaf for the operators after it
                 # (computed once, when first used, and no extra job).
                 flow = flows[id(node)]
-                keyed = flow.keyed.localCheckpoint(eager=False) if flow.keyed is not None else None
+                keyed = checkpoint(flow.keyed, eager=False) if flow.keyed is not None else None
                 flows[id(node)] = Flow(
-                    flow.events.localCheckpoint(eager=False),
-                    flow.ctis.localCheckpoint(eager=False),
+                    checkpoint(flow.events, eager=False),
+                    checkpoint(flow.ctis, eager=False),
                     flow.edges,
                     keyed,
                     flow.key,

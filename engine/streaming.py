@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from engine.checkpoint import CheckpointDir
 from engine.errors import QueryBuildError
 from engine.plan import walk
-from engine.rows import POS
+from engine.rows import POS, release
 from engine.temporal import MIN_TIME
 
 __all__ = ["Streamer"]
@@ -221,8 +221,7 @@ class Streamer:
                     rows = df.filter(F.col("__arr") >= cut).groupBy("__part").agg(F.min("__off"))
                     resume[i] = {r[0]: r[1] for r in rows.collect()}
         finally:
-            for df in raws.values():
-                df.unpersist()
+            release(raws)
         for i, r in ranges.items():
             for p, x in enumerate(r):
                 if x is None:

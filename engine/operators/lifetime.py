@@ -31,6 +31,7 @@ from engine.rows import (
     START,
     EpochCache,
     Flow,
+    checkpoint,
     keyed_rises,
     saturating_sub,
 )
@@ -102,5 +103,5 @@ def alter_lifetime(
         return out, new_state
     candidates = flow.keyed.select(POS, KEY, move(F.col(CTI)).alias(CTI))
     keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
-    new_state.key_seen = seen.localCheckpoint()
+    new_state.key_seen = checkpoint(seen)
     return replace(out, keyed=cache.keep(keyed), key=flow.key), new_state

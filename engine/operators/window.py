@@ -39,6 +39,7 @@ from engine.rows import (
     START,
     EpochCache,
     Flow,
+    checkpoint,
     hold,
     keyed_rises,
 )
@@ -134,7 +135,7 @@ def window_aggregate(
         seen = keyed.select(KEY, CTI)
         if state.key_last is not None:
             seen = state.key_last.unionByName(seen)
-        key_last = seen.groupBy(KEY).agg(F.max(CTI).alias(CTI)).localCheckpoint()
+        key_last = checkpoint(seen.groupBy(KEY).agg(F.max(CTI).alias(CTI)))
         last_before = (
             state.key_last.select(KEY, F.col(CTI).alias("__lk")) if state.key_last else None
         )

@@ -1,0 +1,112 @@
+"""What a query leaves in Spark's block manager: only the state it still reads.
+
+Every epoch checkpoints each stateful operator's output and its new state, and a run reads its
+input into a checkpoint too. Spark frees a local checkpoint only once the JVM's garbage collector
+has collected its RDD (``unpersist()`` on the DataFrame does not), so a query that did not release
+them itself would keep about one more per operator and epoch: a query that runs until stopped
+would fill the memory store and grow the driver's heap with dead state. These tests count the
+RDDs Spark keeps after runs of different lengths."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pyspark.sql import functions as F
+
+from adapters.memory import (
+    EventScript,
+    MemoryInputConfig,
+    MemoryInputFactory,
+    MemoryOutputConfig,
+    MemoryOutputFactory,
+)
+from bindings import Stream
+from engine import (
+    AdvanceTimeGenerationSettings,
+    AdvanceTimePolicy,
+    AdvanceTimeSettings,
+    EventShape,
+    interval,
+    point,
+)
+from engine.rows import leaf_rdds
+
+S = 1_000_000
+EVERY_5 = AdvanceTimeSettings(
+    AdvanceTimeGenerationSettings(5, 0, True), policy=AdvanceTimePolicy.DROP
+)
+
+
+def _query(app, name: str):
+    script = EventScript()
+    for i in range(60):
+        script.insert("data", point(i * S, {"k": i % 4, "v": float(i)}))
+        if i % 10 == 0:
+            script.insert("ref", interval(i * S, (i + 25) * S, {"k": i % 4, "w": 2.0}))
+    data, ref = (
+        Stream.create(
+            n, MemoryInputFactory(), MemoryInputConfig(script=script, schema=s), shape, EVERY_5
+        )
+        for n, s, shape in (
+            ("data", "k long, v double", EventShape.POINT),
+            ("ref", "k long, w double", EventShape.INTERVAL),
+        )
+    )
+    out = (
+        data.join(ref, on="k")
+        .tumbling_window(timedelta(seconds=20))
+        .group_by("k")
+        .aggregate(avg=F.avg(F.col("v") * F.col("w")))
+    )
+    return out.to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.INTERVAL
+    )
+
+
+def _kept(spark) -> set[int]:
+    return set(spark.sparkContext._jsc.getPersistentRDDs().keySet())
+
+
+def _state_reads(query) -> set[int]:
+    rt = query._runtime
+    state = [rt._ingress, rt._ordering, rt._ops, rt._egress]
+    frames = []
+    while state:  # dataclasses, dicts and lists holding DataFrames
+        x = state.pop()
+        if hasattr(x, "__dataclass_fields__"):
+            state.extend(getattr(x, f) for f in x.__dataclass_fields__)
+        elif isinstance(x, dict):
+            state.extend(x.values())
+        elif isinstance(x, list | tuple):
+            state.extend(x)
+        elif hasattr(x, "_jdf"):
+            frames.append(x)
+    return {r.id() for df in frames for r in leaf_rdds(df)}
+
+
+def test_a_run_leaves_only_the_checkpoints_its_state_reads_however_many_epochs(app):
+    left = {}
+    for epochs in (2, 4):
+        before = _kept(app.spark)
+        q = _query(app, f"release-{epochs}")
+        q.run(epochs=epochs)
+        left[epochs] = _kept(app.spark) - before
+        # what is left is the state the query would go on from: the join's held events, the
+        # window's open windows; the input it read and every replaced state are gone
+        assert left[epochs] <= _state_reads(q), epochs
+        assert left[epochs], "the window holds events of open windows"
+    assert len(left[4]) == len(left[2])
+
+
+def test_a_started_query_releases_each_epochs_checkpoints_as_it_goes(app):
+    q = _query(app, "release-started")
+    before = _kept(app.spark)
+    q.start(trigger=None)
+    counts = []
+    for _ in range(3):
+        q.step()  # the memory adapter's whole script is read by the first step
+        left = _kept(app.spark) - before
+        assert left <= _state_reads(q)
+        counts.append(len(left))
+    q.stop()
+    assert len(set(counts)) == 1, counts
