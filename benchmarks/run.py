@@ -53,9 +53,11 @@ SIDES = ("engine", "native")
 def session(args: argparse.Namespace):
     from pyspark.sql import SparkSession
 
+    from engine._spark import LEAN_SESSION
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("ctistream-bench")
         .config("spark.ui.enabled", "false")
@@ -65,8 +67,10 @@ def session(args: argparse.Namespace):
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
         # the engine's Application sets this too; set here so both sides run with it
         .config("spark.sql.constraintPropagation.enabled", "false")
-        .getOrCreate()
     )
+    for key, value in LEAN_SESSION.items():  # as the engine's default session; both sides
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

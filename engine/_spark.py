@@ -8,16 +8,23 @@ import sys
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-__all__ = ["LEAN_STATUS", "default_session", "parse_schema"]
+__all__ = ["LEAN_SESSION", "default_session", "parse_schema"]
 
-#: Every epoch runs several Spark jobs with deep plans; Spark keeps the last 1000 SQL executions
-#: and jobs (plans included) for its UI even when the UI is off, which grows the driver's heap by
-#: hundreds of MB over a long run. The engine keeps only a few.
-LEAN_STATUS = {
+#: Session settings for many small epochs, each a few Spark jobs with deep plans:
+#:
+#: * Spark keeps the last 1000 SQL executions and jobs (plans included) for its UI even when the
+#:   UI is off, which grows the driver's heap by hundreds of MB over a long run: keep a few.
+#: * Spark's memory page defaults to up to 64 MB (a share of the heap per core), and a broadcast
+#:   hash join on an integral key builds its table in at least one page: every epoch's join of
+#:   a few hundred CTIs took 64 MB on the driver, kept until the JVM's garbage collector let Spark
+#:   clean the broadcast (some were never cleaned): the driver's heap grew with the number of
+#:   epochs (benchmarks/README.md, session 8). Pages of 2 MB fit epochs of this size.
+LEAN_SESSION = {
     "spark.sql.ui.retainedExecutions": "20",
     "spark.ui.retainedJobs": "50",
     "spark.ui.retainedStages": "50",
     "spark.ui.retainedTasks": "1000",
+    "spark.buffer.pageSize": "2m",
 }
 
 
@@ -44,7 +51,7 @@ def default_session(app_name: str, master: str | None = None) -> SparkSession:
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
     )
-    for key, value in LEAN_STATUS.items():
+    for key, value in LEAN_SESSION.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("CTISTREAM_SPARK_LOG_LEVEL", "ERROR"))

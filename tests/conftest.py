@@ -45,9 +45,9 @@ def spark():
         .config("spark.sql.codegen.wholeStage", "false")
         .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
     )
-    from engine._spark import LEAN_STATUS
+    from engine._spark import LEAN_SESSION
 
-    for key, value in LEAN_STATUS.items():
+    for key, value in LEAN_SESSION.items():
         session = session.config(key, value)
     session = session.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
