@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -106,6 +107,9 @@ class Runtime:
         self._order = self._import_order()
         self._sources = {b.spec.index: source_name() for b in self.inputs}
         self._held = Checkpoints()
+        # held while state DataFrames are read from another thread (operator_metrics) and
+        # while an epoch releases the checkpoints its old state read
+        self._release_lock = threading.Lock()
 
     # -- binding ------------------------------------------------------------------------------
     def _bind(self) -> list[BoundInput]:
@@ -398,6 +402,10 @@ class Runtime:
         """Per stateful operator (``"<n>:<kind>"`` in plan order): rows of state it holds now,
         the Spark partitions they are in, and the last CTI it emitted. Counting the state runs a
         small Spark job."""
+        with self._release_lock:
+            return self._operator_metrics()
+
+    def _operator_metrics(self) -> dict[str, dict[str, Any]]:
         out = {}
         for i, node in enumerate(walk(self.root)):
             st = self._ops.get(id(node))
@@ -430,7 +438,8 @@ class Runtime:
                 return self._epoch_plan(raws, lo, hi, stopping, before, cache, as_read)
         finally:
             cache.release()
-            self._held.release_all_but(self._ingress, self._ordering, self._ops, self._egress)
+            with self._release_lock:
+                self._held.release_all_but(self._ingress, self._ordering, self._ops, self._egress)
 
     def _epoch_plan(self, raws, lo, hi, stopping, before, cache: EpochCache, as_read) -> list:
         trace = self._trace

@@ -71,7 +71,7 @@ def snapshot_aggregate(
         F.broadcast(snaps), (F.col(START) <= F.col("__p")) & (F.col(END) > F.col("__p"))
     )
     grouped = active.groupBy("__p", "__q", *keys).agg(*[c.alias(n) for n, c in aggregates])
-    ctis = cache.keep(flow.ctis.withColumn("__k", F.row_number().over(Window.orderBy(POS))))
+    ctis = cache.keep(flow.ctis)
     names = [*keys, *(n for n, _ in aggregates)]
     # Final at the first CTI above its end.
     done_at = F.col("__q") + F.lit(1)

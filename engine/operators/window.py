@@ -184,7 +184,7 @@ def window_aggregate(
     exploded = events.filter(live).withColumn(
         _WS, F.explode(F.sequence(first, last_ws, F.lit(hop).cast("long")))
     )
-    ctis = cache.keep(flow.ctis.withColumn("__k", F.row_number().over(Window.orderBy(POS))))
+    ctis = cache.keep(flow.ctis)
     results = _result_rows(exploded, spec, ctis, keyed, key)
 
     pulled = spec.pulled(c_last) if c_last != MIN_TIME else MIN_TIME
@@ -242,17 +242,14 @@ def place_results(
     key: str | None = None,
 ) -> DataFrame:
     """Result rows ``[start, end)``, each at the position of the first CTI with value >=
-    ``done_at`` (``ctis`` numbered ``__k`` in position order): the CTI that completes it. With
+    ``done_at``: the CTI that completes it. With
     ``keyed`` CTIs, the earlier of that one and the first keyed CTI of the result's ``key`` value
     with value >= ``done_at``."""
     grouped = grouped.select("*", done_at.alias("__t"))
     placed = _first_at_or_above(grouped, ctis, None, "__cpos")
     at = F.col("__cpos")
     if keyed is not None:
-        numbered = keyed.withColumn(
-            "__k", F.row_number().over(Window.partitionBy(KEY).orderBy(POS))
-        ).withColumnRenamed(KEY, key)
-        placed = _first_at_or_above(placed, numbered, key, "__kpos")
+        placed = _first_at_or_above(placed, keyed.withColumnRenamed(KEY, key), key, "__kpos")
         at = F.least(at, F.col("__kpos"))
     return placed.filter(at.isNotNull()).select(
         F.lit("INSERT").alias(KIND),
@@ -265,22 +262,21 @@ def place_results(
 
 
 def _first_at_or_above(rows: DataFrame, ctis: DataFrame, key: str | None, name: str) -> DataFrame:
-    """``rows`` with column ``name``: the position of the first CTI (of ``ctis``, numbered ``__k``
-    in position order, per ``key`` value if given) with value >= the row's ``__t``, or null."""
+    """``rows`` with column ``name``: the position of the first CTI (of ``ctis``, per ``key``
+    value if given) with value >= the row's ``__t``, or null. CTIs rise with their positions, so
+    that is the nearest CTI after the row in (value, CTIs after rows) order, found as the last
+    one so far in the reverse order: a running frame (linear) in the same sort, no join."""
     part = [key] if key is not None else []
     both = rows.select("*", F.lit(0).alias("__typ")).unionByName(
-        ctis.select(*part, F.col(CTI).alias("__t"), F.lit(1).alias("__typ"), "__k"),
+        ctis.select(
+            *part, F.col(CTI).alias("__t"), F.lit(1).alias("__typ"), F.col(POS).alias("__cp")
+        ),
         allowMissingColumns=True,
     )
-    order = Window.partitionBy(*part).orderBy("__t", "__typ")
-    counted = both.withColumn(
-        "__below", F.sum("__typ").over(order.rowsBetween(Window.unboundedPreceding, 0))
-    ).filter(F.col("__typ") == 0)
-    cpos = ctis.select(*part, F.col("__k").alias("__at"), F.col(POS).alias(name))
-    on = [F.col("__below") + 1 == F.col("__at")]
-    if key is not None:
-        counted, cpos = counted.alias("r"), cpos.alias("c")
-        on = [F.col(f"r.{key}").eqNullSafe(F.col(f"c.{key}")), *on]
-        joined = counted.join(cpos, on, "left")
-        return joined.select("r.*", F.col(f"c.{name}").alias(name)).drop("__below", "__typ", "__k")
-    return counted.join(cpos, on, "left").drop("__below", "__typ", "__k", "__at")
+    after = (
+        Window.partitionBy(*part)
+        .orderBy(F.desc("__t"), F.desc("__typ"), F.desc("__cp"))
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    found = F.last(F.when(F.col("__typ") == 1, F.col("__cp")), ignorenulls=True).over(after)
+    return both.withColumn(name, found).filter(F.col("__typ") == 0).drop("__typ", "__cp")
