@@ -41,6 +41,7 @@ __all__ = [
     "EpochCache",
     "Flow",
     "checkpoint",
+    "frames",
     "keyed_inputs",
     "keyed_min_of_latest",
     "keyed_rises",
@@ -149,9 +150,9 @@ class Checkpoints:
                 self._known[rdd.id()] = rdd
 
     def release_all_but(self, *kept: Any) -> None:
-        """Unpersist every recorded checkpoint that no DataFrame in ``kept`` (dataclasses,
-        lists, tuples and dicts holding DataFrames) reads from."""
-        live = {r.id(): r for df in _frames(kept) for r in leaf_rdds(df)}
+        """Unpersist every recorded checkpoint that no DataFrame in ``kept`` (see
+        :func:`frames`) reads from."""
+        live = {r.id(): r for df in frames(kept) for r in leaf_rdds(df)}
         for i, rdd in self._known.items():
             if i not in live:
                 rdd.unpersist(False)
@@ -170,26 +171,28 @@ def leaf_rdds(df: DataFrame) -> list[Any]:
     ]
 
 
-def release(frames: Any) -> None:
-    """Unpersist the RDDs that the DataFrames in ``frames`` read from (their local checkpoints:
-    ``unpersist()`` on the DataFrames would leave those in place)."""
-    for df in _frames(frames):
+def release(value: Any) -> None:
+    """Unpersist the RDDs that the DataFrames in ``value`` (see :func:`frames`) read from (their
+    local checkpoints: ``unpersist()`` on the DataFrames would leave those in place)."""
+    for df in frames(value):
         for rdd in leaf_rdds(df):
             rdd.unpersist(False)
 
 
-def _frames(value: Any) -> Iterator[DataFrame]:
+def frames(value: Any) -> Iterator[DataFrame]:
+    """The DataFrames in ``value``: a DataFrame, or dataclasses, dicts, lists and tuples of
+    them (operator and ingress state)."""
     if isinstance(value, DataFrame):
         yield value
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
-            yield from _frames(getattr(value, f.name))
+            yield from frames(getattr(value, f.name))
     elif isinstance(value, dict):
         for v in value.values():
-            yield from _frames(v)
+            yield from frames(v)
     elif isinstance(value, list | tuple):
         for v in value:
-            yield from _frames(v)
+            yield from frames(v)
 
 
 def payload_columns(df: DataFrame) -> list[str]:

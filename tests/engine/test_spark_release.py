@@ -29,7 +29,7 @@ from engine import (
     interval,
     point,
 )
-from engine.rows import leaf_rdds
+from engine.rows import frames, leaf_rdds
 
 S = 1_000_000
 EVERY_5 = AdvanceTimeSettings(
@@ -69,19 +69,8 @@ def _kept(spark) -> set[int]:
 
 def _state_reads(query) -> set[int]:
     rt = query._runtime
-    state = [rt._ingress, rt._ordering, rt._ops, rt._egress]
-    frames = []
-    while state:  # dataclasses, dicts and lists holding DataFrames
-        x = state.pop()
-        if hasattr(x, "__dataclass_fields__"):
-            state.extend(getattr(x, f) for f in x.__dataclass_fields__)
-        elif isinstance(x, dict):
-            state.extend(x.values())
-        elif isinstance(x, list | tuple):
-            state.extend(x)
-        elif hasattr(x, "_jdf"):
-            frames.append(x)
-    return {r.id() for df in frames for r in leaf_rdds(df)}
+    state = (rt._ingress, rt._ordering, rt._ops, rt._egress)
+    return {r.id() for df in frames(state) for r in leaf_rdds(df)}
 
 
 def test_a_run_leaves_only_the_checkpoints_its_state_reads_however_many_epochs(app):
