@@ -66,6 +66,27 @@ def test_a_tumbling_count_per_key_is_released_when_its_window_completes(app):
     ]
 
 
+def test_a_cti_equal_to_a_window_end_completes_that_window(app):
+    script = EventScript()
+    for t, k in ((1, "a"), (5, "b"), (10, "a"), (20, "b")):
+        script.insert("a", point(t, {"k": k, "v": t}))
+    out = run_cut(
+        app, script, lambda s: s.tumbling_window(10).group_by("k").aggregate(n=F.count("*"))
+    )
+    # CTIs 1, 5, 10, 20, +inf pull back to 0, 0, 10, 20, +inf. The CTI at 10 reaches the end of
+    # [0, 10), so that window's results come out with it, before it, not with the CTI at 20.
+    assert out == [
+        cti(0),
+        interval(0, 10, {"k": "a", "n": 1}),
+        interval(0, 10, {"k": "b", "n": 1}),
+        cti(10),
+        interval(10, 20, {"k": "a", "n": 1}),
+        cti(20),
+        interval(20, 30, {"k": "b", "n": 1}),
+        INF,
+    ]
+
+
 def test_point_at_window_end_moves_results_and_ctis_to_window_ends(app):
     out = run_cut(
         app,
