@@ -175,6 +175,7 @@ def release(value: Any) -> None:
     """Unpersist the RDDs that the DataFrames in ``value`` (see :func:`frames`) read from (their
     local checkpoints: ``unpersist()`` on the DataFrames would leave those in place)."""
     for df in frames(value):
+        df.unpersist()
         for rdd in leaf_rdds(df):
             rdd.unpersist(False)
 

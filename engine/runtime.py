@@ -258,10 +258,14 @@ class Runtime:
                     F.lit(0).alias("sub"),
                 ),
             )
-            # read when first used (by the first job over it), once per run; a bounded run's
-            # whole input waits on disk, not in memory
-            level = StorageLevel.DISK_ONLY if ranges is None else StorageLevel.MEMORY_AND_DISK
-            raws[b.spec.index] = checkpoint(df, eager=False, level=level)
+            # read when first used (by the first job over it), once per run. A bounded run's
+            # whole input waits on disk, not in memory, in Spark's columnar cache: its batches
+            # carry min/max statistics, so an epoch's arrival filter skips the batches of other
+            # epochs instead of reading every row of the input again
+            if ranges is None:
+                raws[b.spec.index] = df.persist(StorageLevel.DISK_ONLY)
+            else:
+                raws[b.spec.index] = checkpoint(df, eager=False, level=StorageLevel.MEMORY_AND_DISK)
         return raws
 
     def _cuts(self, raws: dict[int, DataFrame], epochs: int | Sequence[Any]) -> list[int]:
