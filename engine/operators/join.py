@@ -49,6 +49,9 @@ from engine.temporal import MAX_TIME, MIN_TIME
 __all__ = ["JoinState", "join", "output_columns"]
 
 _AT, _ID, _OPEN, _CLOSED = "__at", "__id", "__open", "__closed"  # moment, identity, end known at
+_CLOSED_NOW = "__closed_now"  # an END edge of this epoch closed the event
+#: a pair's sides' ends as known, and when they became known (null: still open)
+_SIDE_ENDS = ("__l_end", "__l_c", "__r_end", "__r_c")
 
 
 @dataclass
@@ -84,8 +87,9 @@ def _beginning() -> Column:
 def _side_events(
     flow: Flow, side: int, held: DataFrame | None, payload: list[str], cache: EpochCache
 ) -> DataFrame:
-    """Held and new events of one side, each with its end as known by the end of the epoch and the
-    moment that end became known (``__closed``; null while open)."""
+    """Held and new events of one side, each with its end as known by the end of the epoch, the
+    moment that end became known (``__closed``; null while open) and whether an END edge of
+    this epoch closed it (``__closed_now``)."""
     edge = F.col(EDGE)
     arrival = _moment(F.col(POS), side, 0)
     new = flow.events.filter(~edge.eqNullSafe("END")).select(
@@ -102,7 +106,11 @@ def _side_events(
     new = new.withColumn(
         _ID, F.struct(F.col(_AT).alias("at"), F.row_number().over(rank).alias("n"))
     )
-    events = new if held is None else held.withColumn("__new", F.lit(False)).unionByName(new)
+    if held is not None:  # (a caller may keep the flags of the epoch that held it)
+        held = held.drop("__new", _CLOSED_NOW).withColumn("__new", F.lit(False))
+    events = new if held is None else held.unionByName(new)
+    if not flow.edges:  # no END edge can come: nothing is open, nothing to close
+        return cache.keep(events.withColumn(_CLOSED_NOW, F.lit(False)))
 
     ends = flow.events.filter(edge == "END").select(START, END, POS, *payload)
     key = [START, *payload]
@@ -128,6 +136,7 @@ def _side_events(
             F.when(closed, _moment(F.col("e.__e_pos"), side, 1))
             .otherwise(F.col(f"o.{_CLOSED}"))
             .alias(_CLOSED),
+            closed.alias(_CLOSED_NOW),
         )
     )
 
@@ -163,6 +172,33 @@ def _first_cti_at_or_above(
         .filter(F.col("__typ") == 0)
         .drop("__t", "__typ", "__m")
     )
+
+
+_END_AND_WHEN = ((END, "_end"), (_CLOSED, "_c"))
+
+
+def _refreshed(pairs: DataFrame, ev: list[DataFrame], edges: tuple[bool, bool]) -> DataFrame:
+    """Held pairs with the ends of their sides' events that END edges of this epoch closed (a
+    side's end, once known, never changes; a side without edges has none to learn)."""
+    for i, (s, idc) in enumerate((("l", "__lid"), ("r", "__rid"))):
+        if not edges[i]:
+            continue
+        closed = (
+            ev[i]
+            .filter(F.col(_CLOSED_NOW))
+            .select(
+                F.col(_ID).alias(idc),
+                *[F.col(c).alias(f"__new{x}") for c, x in _END_AND_WHEN],
+            )
+        )
+        pairs = pairs.join(closed, idc, "left").select(
+            *[c for c in pairs.columns if c not in (f"__{s}_end", f"__{s}_c")],
+            *[
+                F.coalesce(F.col(f"__new{x}"), F.col(f"__{s}{x}")).alias(f"__{s}{x}")
+                for _, x in _END_AND_WHEN
+            ],
+        )
+    return pairs
 
 
 def join(
@@ -205,6 +241,7 @@ def join(
             F.coalesce(F.col(f"l.{_CLOSED}") <= f, F.lit(False)).alias("__lk"),
             F.coalesce(F.col(f"r.{_CLOSED}") <= f, F.lit(False)).alias("__rk"),
             F.least(F.col(f"l.{END}"), F.col(f"r.{END}")).alias("__min_end"),
+            *[F.col(f"{s}.{c}").alias(f"__{s}{x}") for s in "lr" for c, x in _END_AND_WHEN],
             *[F.col(f"l.{c}").alias(c) for c in pl],
             *[F.col(f"r.{c}").alias(n) for c, n in zip(pr, names[len(pl) :], strict=True)],
         )
@@ -231,15 +268,12 @@ def join(
         )
     )
 
-    # Pairs waiting for their end: refresh both sides' ends, then find when the end is known.
-    pending = opened.select(_AT, START, "__lid", "__rid", *names)
+    # Pairs waiting for their end, with their sides' ends as known by the end of the epoch (a
+    # new pair has them from its events; a held one learns those that END edges of this epoch
+    # closed), then when the end is known.
+    pending = opened.select(_AT, START, "__lid", "__rid", *_SIDE_ENDS, *names)
     if state.pairs is not None:
-        pending = state.pairs.unionByName(pending)
-    for s, idc in (("l", "__lid"), ("r", "__rid")):
-        side = ev[0 if s == "l" else 1].select(
-            F.col(_ID).alias(idc), F.col(END).alias(f"__{s}_end"), F.col(_CLOSED).alias(f"__{s}_c")
-        )
-        pending = pending.join(side, idc, "left")
+        pending = _refreshed(state.pairs, ev, (left.edges, right.edges)).unionByName(pending)
     c_l, c_r = left.ctis, right.ctis
     pending = _first_cti_at_or_above(
         pending.withColumn("__l_e", F.when(F.col("__l_c").isNotNull(), F.col("__l_end"))),
@@ -279,7 +313,9 @@ def join(
             *names,
         )
     )
-    still = pending.filter(F.col("__det").isNull()).select(_AT, START, "__lid", "__rid", *names)
+    still = pending.filter(F.col("__det").isNull()).select(
+        _AT, START, "__lid", "__rid", *_SIDE_ENDS, *names
+    )
 
     # CTIs: the minimum of both sides' latest.
     tagged = cache.keep(
@@ -294,7 +330,7 @@ def join(
     held: list[DataFrame | None] = [
         ev[i]
         .filter(F.col(_OPEN) | (F.col(END) > F.lit(latest[1 - i])))
-        .drop("__new")
+        .drop("__new", _CLOSED_NOW)
         .transform(hold)
         for i in (0, 1)
     ]

@@ -97,6 +97,41 @@ def test_a_pair_is_empty_when_its_edge_closes_before_the_other_event_starts(app)
         assert spark_run(app, script, inputs, build, shape, 1)[0] == [cti(50), cti(MAX_TIME)]
 
 
+def test_a_pair_waiting_across_epochs_learns_the_ends_its_edges_get_later(app):
+    # Both sides open edges: the pair opens in the first epoch, each side's END edge comes in an
+    # epoch of its own (cuts at 2 and 3), and the pair ends when both ends are known: min(8, 5).
+    script = EventScript()
+    script.insert("l", edge_start(0, {"k": 1}))
+    script.insert("r", edge_start(2, {"k": 1}))  # the pair [2, ?) opens
+    script.insert("l", edge_end(0, 8, {"k": 1}))  # r may still end before 8: the pair waits
+    script.insert("r", edge_end(2, 5, {"k": 1}))  # both ends known: the pair ends at 5
+    script.cti("l", 10)
+    script.cti("r", 10)
+    inputs = {"l": In(EventShape.EDGE, NEVER), "r": In(EventShape.EDGE, NEVER)}
+    both = {"k": 1, "right_k": 1}
+    out = run_cut(app, script, inputs, EventShape.EDGE, [2, 3])
+    assert out == [edge_start(2, both), edge_end(2, 5, both), cti(10), cti(MAX_TIME)]
+
+
+def test_a_waiting_pair_ends_at_its_closed_sides_end_once_the_other_cti_passes_it(app):
+    # The left edge closes in the second epoch (end 8); the pair ends at 8 only when r's CTI
+    # reaches 8, in the third epoch (r's CTI 6 before it is not enough).
+    script = EventScript()
+    script.insert("l", edge_start(0, {"k": 1}))
+    script.insert("r", edge_start(2, {"k": 1}))
+    script.insert("l", edge_end(0, 8, {"k": 1}))
+    script.cti("r", 6)
+    script.cti("r", 9)
+    script.cti("l", 20)
+    inputs = {"l": In(EventShape.EDGE, NEVER), "r": In(EventShape.EDGE, NEVER)}
+    both = {"k": 1, "right_k": 1}
+    out = run_cut(app, script, inputs, EventShape.EDGE, [2, 4])
+    # join CTI = min of both sides' latest: l has none until 20, so 9 comes out with l's 20;
+    # the stop flushes l (+inf, the join's CTI becomes r's 9) then r
+    assert out[:2] == [edge_start(2, both), edge_end(2, 8, both)]
+    assert out[2:] == [cti(9), cti(MAX_TIME)]
+
+
 @pytest.mark.parametrize(("flush", "held"), [(False, 6), (True, 0)])
 def test_join_state_holds_only_what_can_still_meet_a_future_event(app, flush, held):
     script = EventScript()
