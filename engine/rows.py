@@ -172,8 +172,8 @@ def leaf_rdds(df: DataFrame) -> list[Any]:
 
 
 def release(value: Any) -> None:
-    """Unpersist the RDDs that the DataFrames in ``value`` (see :func:`frames`) read from (their
-    local checkpoints: ``unpersist()`` on the DataFrames would leave those in place)."""
+    """Unpersist the DataFrames in ``value`` (see :func:`frames`) and the RDDs they read from
+    (their local checkpoints: ``unpersist()`` on the DataFrames leaves those in place)."""
     for df in frames(value):
         df.unpersist()
         for rdd in leaf_rdds(df):

@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from engine.operators.join import _AT, _CLOSED, _ID, _OPEN, _first_cti_at_or_above, _side_events
+from engine.operators.join import (
+    _AT,
+    _CLOSED,
+    _CLOSED_NOW,
+    _ID,
+    _OPEN,
+    _first_cti_at_or_above,
+    _side_events,
+)
 from engine.rows import (
     CTI,
     EDGE,
@@ -185,8 +193,10 @@ def anti_join(
         F.coalesce(F.col("__w"), F.greatest(F.col(_FROM), horizon)).alias(_FROM),
         F.col("__w").isNotNull().alias(_STARTED),
     ).transform(hold)
-    held_left = hold(ev_l.join(progress.select(_ID), _ID, "left_semi").drop("__new"))
-    held_right = hold(ev_r.filter(F.col(_OPEN) | (F.col(END) > F.least(cl, cr))).drop("__new"))
+    held_left = hold(ev_l.join(progress.select(_ID), _ID, "left_semi").drop("__new", _CLOSED_NOW))
+    held_right = hold(
+        ev_r.filter(F.col(_OPEN) | (F.col(END) > F.least(cl, cr))).drop("__new", _CLOSED_NOW)
+    )
     new_state = AntiJoinState(
         [held_left, held_right], progress, latest, max(state.emitted, min(latest))
     )

@@ -106,9 +106,7 @@ def _side_events(
     new = new.withColumn(
         _ID, F.struct(F.col(_AT).alias("at"), F.row_number().over(rank).alias("n"))
     )
-    if held is not None:  # (a caller may keep the flags of the epoch that held it)
-        held = held.drop("__new", _CLOSED_NOW).withColumn("__new", F.lit(False))
-    events = new if held is None else held.unionByName(new)
+    events = new if held is None else held.withColumn("__new", F.lit(False)).unionByName(new)
     if not flow.edges:  # no END edge can come: nothing is open, nothing to close
         return cache.keep(events.withColumn(_CLOSED_NOW, F.lit(False)))
 
