@@ -10,7 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from engine import CtiViolationError, EventShape, MalformedRecordError, WindowOutput
+from adapters.memory import EventScript
+from engine import (
+    AdvanceTimeGenerationSettings,
+    AdvanceTimeSettings,
+    CtiViolationError,
+    EventShape,
+    MalformedRecordError,
+    WindowOutput,
+    edge_end,
+    edge_start,
+)
 from tests.harness import In, spark_run
 from tests.reference import (
     AlterEventDuration,
@@ -169,6 +179,28 @@ def test_windows_with_aggregates_match_the_reference(
         return windowed.aggregate(n=F.count("*"), s=F.sum("v"))
 
     _agree(app, case, plan, build, shape, cuts)
+
+
+@pytest.mark.parametrize("cuts", [[2, 4], [4, 6], [1, 5, 8]])
+def test_join_pairs_waiting_across_epochs_match_the_reference(app, cuts):
+    # Pairs of open edges that wait for their ends over several epochs (the random cases rarely
+    # cut between a pair's forming and its edges' END edges): key 1 ends when both sides' ends
+    # are known, key 2 when b's CTI passes a's end.
+    script = EventScript()
+    script.insert("a", edge_start(0, {"k": 1, "v": 0}))
+    script.insert("b", edge_start(2, {"k": 1, "v": 1}))
+    script.insert("a", edge_start(1, {"k": 2, "v": 2}))
+    script.insert("b", edge_start(3, {"k": 2, "v": 3}))
+    script.insert("a", edge_end(0, 8, {"k": 1, "v": 0}))
+    script.insert("a", edge_end(1, 9, {"k": 2, "v": 2}))
+    script.insert("b", edge_end(2, 5, {"k": 1, "v": 1}))
+    script.cti("b", 6)
+    script.cti("b", 10)
+    script.cti("a", 20)
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+    case = Case(script, dict.fromkeys("ab", EventShape.EDGE), dict.fromkeys("ab", explicit), 10)
+    plan = Join(Input("a"), Input("b"), ("k",))
+    _agree(app, case, plan, lambda s: s["a"].join(s["b"], on="k"), EventShape.EDGE, cuts)
 
 
 @given(
