@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from engine.events import EdgeType, Event, EventKind, EventShape
-from engine.rows import CTI, EDGE, END, KEY, POS, START, Flow
+from engine.rows import CTI, EDGE, END, KEY, POS, START, Flow, sql_names
 from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["EgressState", "egress_epoch"]
@@ -68,32 +68,32 @@ def _items(flow: Flow, shape: EventShape, payload: list[str]) -> DataFrame:
     """The epoch's events as release items of the consumer's shape, and (POINT and EDGE
     consumers) the edges whose lifetime turned out empty, which cancel their pending opener."""
     ev = flow.events
-    edge = F.col(EDGE)
-    no_pos = F.lit(None).cast(ev.schema[POS].dataType)
+    cols = sql_names(payload)
+    no_pos = f"CAST(NULL AS {ev.schema[POS].dataType.simpleString()})"
 
-    def item(df: DataFrame, start, end, out_edge, rel, after=no_pos, typ=1) -> DataFrame:
-        return df.select(
-            start.alias(START),
-            end.alias(END),
-            F.lit(out_edge).cast("string").alias(EDGE),
-            rel.alias(_REL),
-            after.alias(_AFTER),
-            *payload,
-            F.lit(typ).alias(_TYP),
+    def item(where: str, start: str, end: str, out_edge: str, rel: str, after=no_pos, typ=1):
+        # SQL text: one py4j call per column, not one per column and operator
+        return ev.filter(where).selectExpr(
+            f"{start} AS {START}",
+            f"{end} AS {END}",
+            f"CAST({out_edge} AS STRING) AS {EDGE}",
+            f"{rel} AS {_REL}",
+            f"{after} AS {_AFTER}",
+            *cols,
+            f"{typ} AS {_TYP}",
         )
 
-    s, e = F.col(START), F.col(END)
-    nonempty = e > s
+    s, e = START, END
+    nonempty = f"{e} > {s}"
+    not_end = f"NOT ({EDGE} <=> 'END')"
     if shape is EventShape.INTERVAL:
-        whole = item(ev.filter(edge.isNull()), s, e, None, s)
-        return whole.unionByName(
-            item(ev.filter((edge == "END") & nonempty), s, e, None, s, F.col(POS))
-        )
-    cancels = item(ev.filter((edge == "END") & ~nonempty), s, e, None, s, typ=2)
+        whole = item(f"{EDGE} IS NULL", s, e, "NULL", s)
+        return whole.unionByName(item(f"{EDGE} = 'END' AND {nonempty}", s, e, "NULL", s, POS))
+    cancels = item(f"{EDGE} = 'END' AND NOT {nonempty}", s, e, "NULL", s, typ=2)
     if shape is EventShape.POINT:
-        return item(ev.filter(~edge.eqNullSafe("END")), s, s + 1, None, s).unionByName(cancels)
-    starts = item(ev.filter(~edge.eqNullSafe("END")), s, F.lit(MAX_TIME), "START", s)
-    ends = item(ev.filter(edge.isNull() | ((edge == "END") & nonempty)), s, e, "END", e)
+        return item(not_end, s, f"{s} + 1", "NULL", s).unionByName(cancels)
+    starts = item(not_end, s, str(MAX_TIME), "'START'", s)
+    ends = item(f"{EDGE} IS NULL OR ({EDGE} = 'END' AND {nonempty})", s, e, "'END'", e)
     return starts.unionByName(ends).unionByName(cancels)
 
 

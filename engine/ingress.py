@@ -49,6 +49,7 @@ from engine.rows import (
     keyed_rises,
     min_of_latest,
     pos_literal,
+    sql_names,
 )
 from engine.settings import AdvanceTimePolicy, AdvanceTimeSettings
 from engine.temporal import MAX_TIME, MIN_TIME, format_ticks
@@ -152,15 +153,9 @@ def ingress_epoch(
     payload = spec.payload
     n_parts = len(spec.partitions)
 
-    own = raw.select(
-        KIND,
-        EDGE,
-        START,
-        END,
-        POS,
-        F.col("__part").alias(_P),
-        F.lit(None).cast("string").alias(_SRC),
-        *payload,
+    quoted = sql_names(payload)
+    own = raw.selectExpr(
+        KIND, EDGE, START, END, POS, f"__part AS {_P}", f"CAST(NULL AS STRING) AS {_SRC}", *quoted
     )
     broadcast: list[DataFrame] = []
     if imports is not None:
@@ -203,8 +198,6 @@ def ingress_epoch(
     else:
         ordered = seq.repartition(_P).sortWithinPartitions(_P, POS)
         a = ordered.groupBy(_P).applyInArrow(step, _sequenced_schema(ordered.schema))
-    kind, edge, cb = F.col(KIND), F.col(EDGE), F.col("__cb")
-    insert = kind == "INSERT"
     a = cache.keep(a)
 
     new_state, first_violation, first_bad = _collect_state(a, spec, state)
@@ -216,9 +209,8 @@ def ingress_epoch(
     if policy is None and first_violation is not None:
         violation = _StopEpoch(first_violation, _violation_error(a, spec, first_violation))
 
-    adjusted_start = F.when(F.col("__adj"), cb).otherwise(F.col(START))
-    events = a.filter(insert & ~F.col("__drop") & ~edge.eqNullSafe("END")).select(
-        KIND, EDGE, adjusted_start.alias(START), END, POS, *payload
+    events = a.filter(f"{KIND} = 'INSERT' AND NOT __drop AND NOT ({EDGE} <=> 'END')").selectExpr(
+        KIND, EDGE, f"CASE WHEN __adj THEN __cb ELSE {START} END AS {START}", END, POS, *quoted
     )
     if spec.edges:
         try:
@@ -232,9 +224,7 @@ def ingress_epoch(
         events = events.unionByName(closed)
     if violation is not None:
         raise violation
-    change = a.filter(F.col("__ca") > F.col("__cb")).select(
-        F.col(_P), POS, F.col("__ca").alias(CTI)
-    )
+    change = a.filter("__ca > __cb").selectExpr(_P, POS, f"__ca AS {CTI}")
     ctis = cache.keep(min_of_latest(change, _P, [s.cti for s in state.partitions], state.emitted))
     new_state.emitted = max(state.emitted, min(s.cti for s in new_state.partitions))
     if trace is not None:  # engine.trace.Trace: opt-in, records the epoch for the timeline
@@ -297,34 +287,29 @@ def _collect_state(
 ) -> tuple[IngressState, tuple | None, tuple | None]:
     """One small job: per partition, the state after the epoch and the epoch's counts; and the
     positions of the epoch's first CTI violation and of its first malformed record."""
-    c = F.col
-    insert = c(KIND) == "INSERT"
-
-    def n(cond: F.Column) -> F.Column:
-        return F.sum(F.when(cond, 1).otherwise(0))
-
-    flush = (c(KIND) == "BCAST") & (c(_SRC) == "flush")
+    # SQL text: one py4j call per aggregate instead of one per column and operator
+    flush = f"({KIND} = 'BCAST' AND {_SRC} = 'flush')"
     if spec.flush_on_stop:
-        flush = flush | (c(KIND) == "EOI")
-    gen_cti = (c("__gen") | flush | (c(KIND) == "WM")) & (c("__ca") > c("__cb"))
+        flush = f"({flush} OR {KIND} = 'EOI')"
+    aggregates = {
+        "cnt": "max(__cnt)",
+        "ms": "max(__ms)",
+        "per": "max(__per)",
+        "cti": "max(__ca)",
+        "events_in": f"count_if({KIND} = 'INSERT')",
+        "ctis_explicit": f"count_if({KIND} = 'CTI')",
+        "ctis_ignored": f"count_if({KIND} = 'CTI' AND {START} <= __cb)",
+        "ctis_generated": f"count_if((__gen OR {flush} OR {KIND} = 'WM') AND __ca > __cb)",
+        "ctis_imported": f"count_if({KIND} = 'BCAST' AND {_SRC} = 'import' AND {_P} = 0)",
+        "dropped": "count_if(__drop)",
+        "adjusted": "count_if(__adj)",
+        "first_violation": f"min(CASE WHEN __viol THEN {POS} END)",
+        "first_bad": f"min(CASE WHEN {KIND} = 'BAD' THEN {POS} END)",
+        "arrival": f"max(CASE WHEN {KIND} != 'BCAST' THEN {POS}.arr END)",
+    }
     rows = (
         a.groupBy(_P)
-        .agg(
-            F.max("__cnt").alias("cnt"),
-            F.max("__ms").alias("ms"),
-            F.max("__per").alias("per"),
-            F.max("__ca").alias("cti"),
-            n(insert).alias("events_in"),
-            n(c(KIND) == "CTI").alias("ctis_explicit"),
-            n((c(KIND) == "CTI") & (c(START) <= c("__cb"))).alias("ctis_ignored"),
-            n(gen_cti).alias("ctis_generated"),
-            n((c(KIND) == "BCAST") & (c(_SRC) == "import") & (c(_P) == 0)).alias("ctis_imported"),
-            n(c("__drop")).alias("dropped"),
-            n(c("__adj")).alias("adjusted"),
-            F.min(F.when(c("__viol"), c(POS))).alias("first_violation"),
-            F.min(F.when(c(KIND) == "BAD", c(POS))).alias("first_bad"),
-            F.max(F.when(c(KIND) != "BCAST", c(POS)["arr"])).alias("arrival"),
-        )
+        .agg(*(F.expr(f"{sql} AS {name}") for name, sql in aggregates.items()))
         .collect()
     )
     parts = [PartitionState(s.count, s.max_start, s.period, s.cti) for s in state.partitions]

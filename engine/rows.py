@@ -14,7 +14,7 @@ Spark plans as events (architecture.md: "CTIs are rows").
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -198,6 +198,12 @@ def frames(value: Any) -> Iterator[DataFrame]:
 
 def payload_columns(df: DataFrame) -> list[str]:
     return [c for c in df.columns if not c.startswith("__")]
+
+
+def sql_names(names: Iterable[str]) -> list[str]:
+    """Column names quoted for SQL text (``selectExpr``, ``expr``): plan building per epoch uses
+    SQL text where a Column expression would cost a py4j call per column and operator."""
+    return ["`" + n.replace("`", "``") + "`" for n in names]
 
 
 def hold(df: DataFrame) -> DataFrame:
