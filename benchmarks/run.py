@@ -9,7 +9,10 @@ the engine query and the native query over the same files, alternating which goe
 events/s, same repetition) and rows out; then compares the two sides' window results.
 ``--memory`` runs every (size, benchmark, side) in a fresh subprocess instead and reports the
 peak RSS of its whole process tree (driver, JVM, Python workers), sampled every 0.2 s, and the
-peak PSS (forked Python workers share pages, which RSS counts once per process).
+peak PSS (forked Python workers share pages, which RSS counts once per process), and the
+live Java heap (the bytes left after a full GC, forced through ``jcmd`` every ``--live-every``
+seconds; median and largest sample): RSS also holds heap the JVM committed and never gave
+back, and the code it compiled, which grow with how long it runs.
 
 Session (both sides): ``local[2]``, UI off, UTC, ``spark.sql.shuffle.partitions=2``: one task per
 core per shuffle stage. Native stateful operators run one state-store task per shuffle partition
@@ -171,7 +174,7 @@ def one_side(args: argparse.Namespace) -> None:
 
 def memory_mode(args: argparse.Namespace) -> None:
     head = ("bench", "side", "events", "batches", "wall s", "peak RSS MB", "PSS MB", "JVM MB")
-    head += ("Python MB",)
+    head += ("Python MB", "live heap MB median / max (samples)")
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for events in args.events:
         dataset(args, events)  # generated here, so the children only read
@@ -182,10 +185,16 @@ def memory_mode(args: argparse.Namespace) -> None:
                 cmd += ["--seed", str(args.seed), "--cache", args.cache, "--reps", "1"]
                 cmd += ["--partitions", args.partitions, "--driver-memory", args.driver_memory]
                 cmd += ["--shuffle-partitions", str(args.shuffle_partitions), "--no-check"]
-                out, peak = memory.run_sampled(cmd)
+                out, peak = memory.run_sampled(cmd, live_every=args.live_every)
                 r = json.loads(next(x for x in out.splitlines() if x.startswith("RESULT "))[7:])
                 peaks = (peak.total, peak.pss, peak.jvm, peak.python)
                 mb = [f"{b / 2**20:,.0f}" for b in peaks]
+                live = [b / 2**20 for b in peak.live]
+                mb.append(
+                    f"{statistics.median(live):,.0f} / {max(live):,.0f} ({len(live)})"
+                    if live
+                    else "n/a"
+                )
                 cells = (which, side, events, r["batches"], f"{r['seconds']:.1f}", *mb)
                 lines.append(" | ".join(str(c) for c in cells))
                 print(f"  {lines[-1]}", file=sys.stderr, flush=True)
@@ -211,6 +220,12 @@ def main() -> None:
     p.add_argument("--driver-memory", default="4g")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the comparison")
     p.add_argument("--memory", action="store_true", help="peak RSS per size, fresh processes")
+    p.add_argument(
+        "--live-every",
+        type=float,
+        default=5.0,
+        help="--memory: seconds between live-heap samples (each runs a full GC through jcmd)",
+    )
     p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.side:
