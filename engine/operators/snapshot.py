@@ -74,8 +74,7 @@ def snapshot_aggregate(
     ctis = cache.keep(flow.ctis)
     names = [*keys, *(n for n, _ in aggregates)]
     # Final at the first CTI above its end.
-    done_at = F.col("__q") + F.lit(1)
-    results = place_results(grouped, done_at, F.col("__p"), F.col("__q"), names, ctis)
+    results = place_results(grouped, "__q + 1", "__p", "__q", names, ctis)
 
     # Output CTIs: the largest endpoint strictly below each input CTI (a CTI sorts before an
     # endpoint of the same value); +inf stays +inf.

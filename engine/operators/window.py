@@ -42,6 +42,7 @@ from engine.rows import (
     checkpoint,
     hold,
     keyed_rises,
+    sql_names,
 )
 from engine.temporal import MAX_TIME, MIN_TIME
 
@@ -77,11 +78,12 @@ class WindowSpec:
         first_open = ((c - self.size) // self.hop) * self.hop + self.hop
         return first_open + self.size if self.point_at_end else first_open
 
-    def pulled_col(self, c: Column) -> Column:
-        x = c - F.lit(self.size)
-        first_open = x - F.pmod(x, F.lit(self.hop)) + F.lit(self.hop)
-        value = first_open + F.lit(self.size) if self.point_at_end else first_open
-        return F.when(c.isin(MIN_TIME, MAX_TIME), c).otherwise(value)
+    def pulled_sql(self, c: str) -> str:
+        """:meth:`pulled` of column ``c``, as SQL text."""
+        x = f"({c} - {self.size})"
+        first_open = f"{x} - pmod({x}, {self.hop}) + {self.hop}"
+        value = f"{first_open} + {self.size}" if self.point_at_end else first_open
+        return f"CASE WHEN {c} IN ({MIN_TIME}, {MAX_TIME}) THEN {c} ELSE {value} END"
 
 
 @dataclass
@@ -119,14 +121,15 @@ def close_edges(events: DataFrame, ends: DataFrame, payload: list[str]) -> DataF
 def window_aggregate(
     flow: Flow, spec: WindowSpec, state: WindowState, cache: EpochCache
 ) -> tuple[Flow, WindowState]:
+    # Per-epoch expressions are SQL text: one py4j call each, not one per column and operator.
     payload = [c for c in flow.events.columns if c not in HEADER]
-    edge = F.col(EDGE)
-    new = flow.events.filter(~edge.eqNullSafe("END")).select(
-        START, END, POS, edge.eqNullSafe("START").alias(_OPEN), *payload
+    cols = sql_names(payload)
+    new = flow.events.filter(f"NOT ({EDGE} <=> 'END')").selectExpr(
+        START, END, POS, f"{EDGE} <=> 'START' AS {_OPEN}", *cols
     )
     events = new if state.held is None else state.held.unionByName(new)
     if flow.edges:
-        events = close_edges(events, flow.events.filter(edge == "END"), payload)
+        events = close_edges(events, flow.events.filter(f"{EDGE} = 'END'"), payload)
     # Substreams: a keyed CTI completes the windows of the groups with its key (docs/decisions.md)
     key = flow.key if flow.keyed is not None and flow.key in spec.keys else None
     keyed = cache.keep(flow.keyed) if key is not None else None
@@ -149,12 +152,20 @@ def window_aggregate(
     events = cache.keep(events)
 
     # One small job: the epoch's last and last finite input CTI, and the latest time seen.
-    reach = F.when(F.col(_OPEN), F.col(START)).otherwise(F.greatest(START, F.col(END) - 1))
-    finite = F.when(F.col(CTI) < F.lit(MAX_TIME), F.col(CTI))
-    none = F.lit(None).cast("long")
+    none = "CAST(NULL AS BIGINT)"
     found = (
-        flow.ctis.select(F.max(CTI).alias("c"), F.max(finite).alias("f"), none.alias("m"))
-        .unionByName(events.select(none.alias("c"), none.alias("f"), F.max(reach).alias("m")))
+        flow.ctis.selectExpr(
+            f"max({CTI}) AS c",
+            f"max(CASE WHEN {CTI} < {MAX_TIME} THEN {CTI} END) AS f",
+            none + " AS m",
+        )
+        .unionByName(
+            events.selectExpr(
+                none + " AS c",
+                none + " AS f",
+                f"max(CASE WHEN {_OPEN} THEN {START} ELSE greatest({START}, {END} - 1) END) AS m",
+            )
+        )
         .collect()
     )
     stats = {k: max((r[k] for r in found if r[k] is not None), default=None) for k in "cfm"}
@@ -166,49 +177,47 @@ def window_aggregate(
     # later). lo, hi: the input CTI before and after the epoch; with substreams, each the larger
     # of it and the event's key's keyed CTI.
     size, hop = spec.size, spec.hop
-    lo, hi = F.lit(state.last), F.lit(c_last)
+    lo, hi = str(state.last), str(c_last)
     if keyed is not None:
-        lo, hi = F.greatest(lo, F.col("__lk")), F.greatest(hi, F.col("__hk"))
+        lo, hi = f"greatest({lo}, __lk)", f"greatest({hi}, __hk)"
     if c_last == MAX_TIME:
         finite_c = stats["f"] if stats["f"] is not None else state.last
-        bound = F.lit(latest if finite_c == MIN_TIME else max(latest, finite_c - size))
+        bound = str(latest if finite_c == MIN_TIME else max(latest, finite_c - size))
     else:
-        bound = F.when(hi > lo, hi - F.lit(size))
-    lower = F.col(START) - F.lit(size) + F.lit(1)
-    lower = F.when(lo == F.lit(MIN_TIME), lower).otherwise(
-        F.greatest(lower, lo - F.lit(size) + F.lit(1))
-    )
-    first = lower + F.pmod(-lower, F.lit(hop))  # the first grid start >= lower
-    last_ws = F.least(F.col(END) - F.lit(1), bound)
-    live = (F.col(END) > F.col(START)) & (hi > lo) & (first <= last_ws)
+        bound = f"CASE WHEN {hi} > {lo} THEN {hi} - {size} END"
+    lower = f"CASE WHEN {lo} = {MIN_TIME} THEN {START} - {size} + 1 "
+    lower += f"ELSE greatest({START} - {size} + 1, {lo} - {size} + 1) END"
+    first = f"(({lower}) + pmod(-({lower}), {hop}))"  # the first grid start >= lower
+    last_ws = f"least({END} - 1, {bound})"
+    live = f"{END} > {START} AND {hi} > {lo} AND {first} <= {last_ws}"
     exploded = events.filter(live).withColumn(
-        _WS, F.explode(F.sequence(first, last_ws, F.lit(hop).cast("long")))
+        _WS, F.expr(f"explode(sequence({first}, {last_ws}, CAST({hop} AS BIGINT)))")
     )
     ctis = cache.keep(flow.ctis)
     results = _result_rows(exploded, spec, ctis, keyed, key)
 
     pulled = spec.pulled(c_last) if c_last != MIN_TIME else MIN_TIME
-    out_ctis = ctis.select(POS, spec.pulled_col(F.col(CTI)).alias(CTI))
-    before = Window.orderBy(POS).rowsBetween(Window.unboundedPreceding, -1)
+    before = f"max({CTI}) OVER (ORDER BY {POS} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
     out_ctis = cache.keep(
-        out_ctis.withColumn("__prev", F.greatest(F.lit(state.emitted), F.max(CTI).over(before)))
-        .filter(F.col(CTI) > F.col("__prev"))
+        ctis.selectExpr(POS, f"{spec.pulled_sql(CTI)} AS {CTI}")
+        .withColumn("__prev", F.expr(f"greatest({state.emitted}, {before})"))
+        .filter(f"{CTI} > __prev")
         .drop("__prev")
     )
     open_start = pulled - size if spec.point_at_end and pulled != MIN_TIME else pulled
     held = None
     if c_last != MAX_TIME:
-        held = events.filter(F.col(END) > open_start).select(START, END, POS, _OPEN, *payload)
+        held = events.filter(f"{END} > {open_start}").selectExpr(START, END, POS, _OPEN, *cols)
         held = hold(held)
     new_state = WindowState(held, c_last, latest, max(state.emitted, pulled), key_last)
     out = Flow(results, out_ctis, False)
     if keyed is None:
         return out, new_state
-    candidates = keyed.select(POS, KEY, spec.pulled_col(F.col(CTI)).alias(CTI))
+    candidates = keyed.selectExpr(POS, KEY, f"{spec.pulled_sql(CTI)} AS {CTI}")
     # the largest pulled candidate per key is the pulled largest keyed CTI (pulling is monotone)
     seen = None
     if state.key_last is not None:
-        seen = state.key_last.select(KEY, spec.pulled_col(F.col(CTI)).alias(CTI))
+        seen = state.key_last.selectExpr(KEY, f"{spec.pulled_sql(CTI)} AS {CTI}")
     out_keyed, _ = keyed_rises(candidates, out_ctis, state.emitted, seen)
     return replace(out, keyed=cache.keep(out_keyed), key=key), new_state
 
@@ -224,40 +233,40 @@ def _result_rows(
     (with substreams, the first CTI or keyed CTI of its key that does)."""
     aggs = [col.alias(name) for name, col in spec.aggregates]
     grouped = exploded.groupBy(_WS, *spec.keys).agg(*aggs)
-    ws = F.col(_WS)
-    start = ws + F.lit(spec.size) if spec.point_at_end else ws
-    end = start + F.lit(1) if spec.point_at_end else ws + F.lit(spec.size)
+    done_at = f"{_WS} + {spec.size}"
+    start = done_at if spec.point_at_end else _WS
+    end = f"{done_at} + 1" if spec.point_at_end else done_at
     names = [*spec.keys, *(name for name, _ in spec.aggregates)]
-    return place_results(grouped, ws + F.lit(spec.size), start, end, names, ctis, keyed, key)
+    return place_results(grouped, done_at, start, end, names, ctis, keyed, key)
 
 
 def place_results(
     grouped: DataFrame,
-    done_at: Column,
-    start: Column,
-    end: Column,
+    done_at: str,
+    start: str,
+    end: str,
     names: list[str],
     ctis: DataFrame,
     keyed: DataFrame | None = None,
     key: str | None = None,
 ) -> DataFrame:
     """Result rows ``[start, end)``, each at the position of the first CTI with value >=
-    ``done_at``: the CTI that completes it. With
+    ``done_at`` (all three SQL text over ``grouped``): the CTI that completes it. With
     ``keyed`` CTIs, the earlier of that one and the first keyed CTI of the result's ``key`` value
     with value >= ``done_at``."""
-    grouped = grouped.select("*", done_at.alias("__t"))
+    grouped = grouped.selectExpr("*", f"{done_at} AS __t")
     placed = _first_at_or_above(grouped, ctis, None, "__cpos")
-    at = F.col("__cpos")
+    at = "__cpos"
     if keyed is not None:
         placed = _first_at_or_above(placed, keyed.withColumnRenamed(KEY, key), key, "__kpos")
-        at = F.least(at, F.col("__kpos"))
-    return placed.filter(at.isNotNull()).select(
-        F.lit("INSERT").alias(KIND),
-        F.lit(None).cast("string").alias(EDGE),
-        start.alias(START),
-        end.alias(END),
-        at.alias(POS),
-        *names,
+        at = "least(__cpos, __kpos)"
+    return placed.filter(f"{at} IS NOT NULL").selectExpr(
+        f"'INSERT' AS {KIND}",
+        f"CAST(NULL AS STRING) AS {EDGE}",
+        f"{start} AS {START}",
+        f"{end} AS {END}",
+        f"{at} AS {POS}",
+        *sql_names(names),
     )
 
 
@@ -266,17 +275,13 @@ def _first_at_or_above(rows: DataFrame, ctis: DataFrame, key: str | None, name: 
     value if given) with value >= the row's ``__t``, or null. CTIs rise with their positions, so
     that is the nearest CTI after the row in (value, CTIs after rows) order, found as the last
     one so far in the reverse order: a running frame (linear) in the same sort, no join."""
-    part = [key] if key is not None else []
-    both = rows.select("*", F.lit(0).alias("__typ")).unionByName(
-        ctis.select(
-            *part, F.col(CTI).alias("__t"), F.lit(1).alias("__typ"), F.col(POS).alias("__cp")
-        ),
+    part = sql_names([key]) if key is not None else []
+    both = rows.selectExpr("*", "0 AS __typ").unionByName(
+        ctis.selectExpr(*part, f"{CTI} AS __t", "1 AS __typ", f"{POS} AS __cp"),
         allowMissingColumns=True,
     )
-    after = (
-        Window.partitionBy(*part)
-        .orderBy(F.desc("__t"), F.desc("__typ"), F.desc("__cp"))
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    found = F.last(F.when(F.col("__typ") == 1, F.col("__cp")), ignorenulls=True).over(after)
-    return both.withColumn(name, found).filter(F.col("__typ") == 0).drop("__typ", "__cp")
+    by = f"PARTITION BY {part[0]} " if part else ""
+    after = f"{by}ORDER BY __t DESC, __typ DESC, __cp DESC"
+    after += " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
+    found = F.expr(f"last(CASE WHEN __typ = 1 THEN __cp END, true) OVER ({after})")
+    return both.withColumn(name, found).filter("__typ = 0").drop("__typ", "__cp")
