@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -91,6 +93,27 @@ def live_heap(pid: int) -> int | None:
     if len(parts) == 3 and parts[0] == "Total" and parts[2].isdigit():
         return int(parts[2])
     return None  # the JVM was starting or exiting
+
+
+class HeapAfterEpochs(logging.Handler):
+    """The engine's live Java heap after each epoch: on the runtime's per-epoch log record, a
+    full GC (``System.gc``) and then the heap in use, through py4j. What stays between epochs
+    is the operators' state and the kept input, so this shows whether state grows."""
+
+    def __init__(self, spark: Any) -> None:
+        super().__init__(logging.INFO)
+        self._jvm = spark._jvm
+        self.samples: list[int] = []
+        runtime = logging.getLogger("ctistream.runtime")
+        runtime.setLevel(logging.INFO)
+        runtime.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "epoch" not in getattr(record, "ctistream", {}):
+            return
+        self._jvm.java.lang.System.gc()
+        usage = self._jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+        self.samples.append(int(usage.getHeapMemoryUsage().getUsed()))
 
 
 def run_sampled(

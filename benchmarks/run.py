@@ -12,7 +12,9 @@ peak RSS of its whole process tree (driver, JVM, Python workers), sampled every 
 peak PSS (forked Python workers share pages, which RSS counts once per process), and the
 live Java heap (the bytes left after a full GC, forced through ``jcmd`` every ``--live-every``
 seconds; median and largest sample): RSS also holds heap the JVM committed and never gave
-back, and the code it compiled, which grow with how long it runs.
+back, and the code it compiled, which grow with how long it runs. The engine side also
+reports its live heap right after each epoch (a full GC on the runtime's per-epoch log record):
+the state kept between epochs.
 
 Session (both sides): ``local[2]``, UI off, UTC, ``spark.sql.shuffle.partitions=2``: one task per
 core per shuffle stage. Native stateful operators run one state-store task per shuffle partition
@@ -168,13 +170,16 @@ def one_side(args: argparse.Namespace) -> None:
     meta = dataset(args, args.events[0])
     spark = session(args)
     app = Application("bench", spark) if args.side == "engine" else None
+    heap = memory.HeapAfterEpochs(spark) if args.side == "engine" else None
     r = run_side(app, spark, args.side, args.which[0], meta, f"{args.which[0]}-{args.side}", args)
-    print("RESULT " + json.dumps({"rows": r.rows, "seconds": r.seconds, "batches": r.batches}))
+    result = {"rows": r.rows, "seconds": r.seconds, "batches": r.batches}
+    print("RESULT " + json.dumps(result | {"heap": heap.samples if heap else []}))
 
 
 def memory_mode(args: argparse.Namespace) -> None:
     head = ("bench", "side", "events", "batches", "wall s", "peak RSS MB", "PSS MB", "JVM MB")
-    head += ("Python MB", "live heap MB median / max (samples)")
+    head += ("Python MB", "live heap MB: any time, median / max (samples)")
+    head += ("between epochs, median / max",)
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for events in args.events:
         dataset(args, events)  # generated here, so the children only read
@@ -190,11 +195,13 @@ def memory_mode(args: argparse.Namespace) -> None:
                 peaks = (peak.total, peak.pss, peak.jvm, peak.python)
                 mb = [f"{b / 2**20:,.0f}" for b in peaks]
                 live = [b / 2**20 for b in peak.live]
-                mb.append(
-                    f"{statistics.median(live):,.0f} / {max(live):,.0f} ({len(live)})"
-                    if live
-                    else "n/a"
-                )
+                between = [b / 2**20 for b in r["heap"]]
+                for samples, count in ((live, True), (between, False)):
+                    if not samples:
+                        mb.append("n/a")
+                        continue
+                    cell = f"{statistics.median(samples):,.0f} / {max(samples):,.0f}"
+                    mb.append(cell + (f" ({len(samples)})" if count else ""))
                 cells = (which, side, events, r["batches"], f"{r['seconds']:.1f}", *mb)
                 lines.append(" | ".join(str(c) for c in cells))
                 print(f"  {lines[-1]}", file=sys.stderr, flush=True)
