@@ -170,7 +170,7 @@ def one_side(args: argparse.Namespace) -> None:
     meta = dataset(args, args.events[0])
     spark = session(args)
     app = Application("bench", spark) if args.side == "engine" else None
-    heap = memory.HeapAfterEpochs(spark) if args.side == "engine" else None
+    heap = memory.HeapAfterEpochs(spark) if args.side == "engine" and args.memory else None
     r = run_side(app, spark, args.side, args.which[0], meta, f"{args.which[0]}-{args.side}", args)
     result = {"rows": r.rows, "seconds": r.seconds, "batches": r.batches}
     print("RESULT " + json.dumps(result | {"heap": heap.samples if heap else []}))
@@ -186,6 +186,7 @@ def memory_mode(args: argparse.Namespace) -> None:
         for which in args.which:
             for side in SIDES:
                 cmd = [sys.executable, "-m", "benchmarks.run", "--side", side, "--which", which]
+                cmd += ["--memory"]  # with --side: the engine's heap after each epoch too
                 cmd += ["--events", str(events), "--per-file", str(args.per_file)]
                 cmd += ["--seed", str(args.seed), "--cache", args.cache, "--reps", "1"]
                 cmd += ["--partitions", args.partitions, "--driver-memory", args.driver_memory]
