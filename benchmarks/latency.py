@@ -12,7 +12,8 @@ reads the output; an event's latency is the time it was read back minus the time
 enqueued. Producer and consumer run in processes of their own: as threads of the query's driver
 process they waited for its interpreter lock, which added to the latency they measured.
 Prints p50, p90, p99 and max over the events enqueued after ``--warmup`` seconds, and the
-durations of the epochs run while producing.
+durations of the epochs run while producing. ``--heap``: also the live heap after each epoch
+(a long run of a query that runs until stopped: does what it keeps grow with its epochs?).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from adapters.kafka import (
     KafkaOutputConfig,
     KafkaOutputFactory,
 )
+from benchmarks import memory
 from bindings import Application, Stream
 from engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, EventShape
 from tests.brokers.kafka import TansuBroker
@@ -81,6 +83,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=10)
     ap.add_argument("--trigger-ms", type=int, default=200)
     ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument(
+        "--heap",
+        action="store_true",
+        help="also the live Java heap after each epoch (a full GC each: slows the epochs; "
+        "for a long run that shows whether state grows, not for latency)",
+    )
     args = ap.parse_args()
 
     epochs: list[float] = []  # the epochs' own time (ctistream.runtime)
@@ -110,6 +118,7 @@ def main() -> None:
         stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, every_event)
         out = KafkaOutputConfig(bootstrap_servers=broker.bootstrap, topic=sink)
         query = stream.to_query(app, "latency", KafkaOutputFactory(), out, EventShape.POINT)
+        heap = memory.HeapAfterEpochs(app.spark) if args.heap else None
 
         ctx = mp.get_context("spawn")
         got_q, sent_q, halt = ctx.Queue(), ctx.Queue(), ctx.Event()
@@ -173,6 +182,14 @@ def main() -> None:
             f"{statistics.median(timed):.3f}, max {max(timed):.3f}; with reading and planning "
             f"median {statistics.median(whole):.3f}, max {max(whole):.3f} (the first {warm}, "
             f"before producing: {', '.join(f'{s:.2f}' for s in steps[:warm])} s)"
+        )
+    if heap is not None and heap.samples:
+        mb = [b / 2**20 for b in heap.samples]
+        tenth = max(1, len(mb) // 10)
+        medians = [statistics.median(mb[i : i + tenth]) for i in range(0, len(mb), tenth)]
+        print(
+            f"live heap after each of {len(mb)} epochs, MB: first {mb[0]:.0f}, median of each "
+            f"tenth of the run {', '.join(f'{m:.0f}' for m in medians)}, max {max(mb):.0f}"
         )
 
 
