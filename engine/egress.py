@@ -71,7 +71,9 @@ def _items(flow: Flow, shape: EventShape, payload: list[str]) -> DataFrame:
     cols = sql_names(payload)
     no_pos = f"CAST(NULL AS {ev.schema[POS].dataType.simpleString()})"
 
-    def item(where: str, start: str, end: str, out_edge: str, rel: str, after=no_pos, typ=1):
+    def item(
+        where: str, start: str, end: str, out_edge: str, rel: str, after: str = no_pos, typ=1
+    ) -> DataFrame:
         # SQL text: one py4j call per column, not one per column and operator
         return ev.filter(where).selectExpr(
             f"{start} AS {START}",
