@@ -203,6 +203,46 @@ def test_join_pairs_waiting_across_epochs_match_the_reference(app, cuts):
     _agree(app, case, plan, lambda s: s["a"].join(s["b"], on="k"), EventShape.EDGE, cuts)
 
 
+@pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7]])
+def test_payload_names_that_sql_must_quote_match_the_reference(app, cuts):
+    # Per-epoch plans are SQL text (docs/decisions.md): a reserved word and a name with a space
+    # go through ingress, END-edge matching, a filter, a keyed hopping window and EDGE egress.
+    columns = ("order", "unit price")
+    script = EventScript()
+    script.insert("a", edge_start(0, {"order": 1, "unit price": 10}))
+    script.insert("a", edge_start(2, {"order": 2, "unit price": 7}))
+    script.insert("a", edge_end(0, 6, {"order": 1, "unit price": 10}))
+    script.cti("a", 4)
+    script.insert("a", edge_start(5, {"order": 1, "unit price": 3}))
+    script.insert("a", edge_end(2, 12, {"order": 2, "unit price": 7}))
+    script.insert("a", edge_start(9, {"order": 3, "unit price": 0}))
+    script.cti("a", 15)
+    script.insert("a", edge_end(5, 16, {"order": 1, "unit price": 3}))
+    script.cti("a", 30)
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+    plan = Window(
+        Where(Input("a"), lambda r: r["unit price"] > 0),
+        10,
+        5,
+        ("order",),
+        (("total", lambda rows: sum(r["unit price"] for r in rows)),),
+    )
+    expected = run_reference(script, [Binding("a", explicit, columns)], plan, EventShape.EDGE)
+    assert expected.output, "the scenario must produce windows"
+
+    def build(s):
+        priced = s["a"].where(F.col("unit price") > 0)
+        return (
+            priced.hopping_window(10, 5)
+            .group_by("order")
+            .aggregate(total=F.sum(F.col("unit price")))
+        )
+
+    inputs = {"a": In(EventShape.EDGE, explicit, "`order` bigint, `unit price` bigint")}
+    output, _ = spark_run(app, script, inputs, build, EventShape.EDGE, cuts or 1)
+    assert output == expected.output
+
+
 @given(
     data=st.data(),
     case=cases(min_inputs=2, max_inputs=2, max_items=22),

@@ -64,6 +64,21 @@ def test_time_span_generation_makes_a_cti_when_the_max_start_enters_a_new_period
     assert out == [p[0], p[1], cti(12 * S), p[2], p[3], cti(25 * S), p[4], cti(31 * S)]
 
 
+def test_an_explicit_cti_not_above_the_current_one_is_ignored_and_counted(app):
+    # semantics §2: CTIs never decrease; a CTI equal to the current one (the second 5 s) and one
+    # below it (3 s) change nothing and are counted as ignored.
+    script = EventScript()
+    script.insert("a", point(1 * S, {"v": 1}))
+    script.cti("a", 5 * S)
+    script.cti("a", 5 * S)
+    script.insert("a", point(6 * S, {"v": 6}))
+    script.cti("a", 3 * S)
+    script.cti("a", 8 * S)
+    out, metrics = run_cut(app, script, {"a": In()}, cuts=(2, 3, 5))
+    assert out == [point(1 * S, {"v": 1}), cti(5 * S), point(6 * S, {"v": 6}), cti(8 * S)]
+    assert (metrics["a"]["ctis_explicit"], metrics["a"]["ctis_ignored"]) == (4, 2)
+
+
 def test_count_generation_uses_the_delay_and_never_counts_end_edges(app):
     # Every 2nd counted event makes a CTI at max start - 1 s. The END edge is not counted: were it
     # counted, the second CTI would come after START 30 at 29 s instead of after START 40 at 39 s.
