@@ -36,6 +36,11 @@ class Application:
         # them: an epoch's small plans went from 8 jobs to 22 with it, for no gain at the
         # engine's few shuffle partitions.
         self.spark.conf.set("spark.sql.adaptive.enabled", "false")
+        # An epoch keeps its intermediate rows in Spark's columnar cache for the few jobs that
+        # read them and drops them at its end: compressing them (the default) cost more than
+        # the rows' scan itself (a profile of B1 put most of ingress's job in the compressor's
+        # statistics); B1 ran 15-20 % faster without it (benchmarks/README.md, session 11).
+        self.spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
         self.queries: dict[str, Any] = {}
         self.query_templates: dict[str, QueryTemplate] = {}
 
