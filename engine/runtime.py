@@ -410,7 +410,8 @@ class Runtime:
             if st is None:
                 continue
             held = getattr(st, "held", None)
-            parts = held if isinstance(held, list) else [held, getattr(st, "pairs", None)]
+            parts = held if isinstance(held, list) else [held]
+            parts += [getattr(st, name, None) for name in ("pairs", "partials")]
             kept = [df for df in parts if df is not None]
             out[f"{i}:{type(node).__name__.removesuffix('Node').lower()}"] = {
                 "state_rows": sum(df.count() for df in kept),

@@ -14,10 +14,18 @@ One epoch is one Spark plan: the events of the epoch join the held ones (END edg
 START edges by a ranked join); each event is exploded into the windows it overlaps among those
 completing in this epoch; ``groupBy(window, keys).agg(...)`` computes the results with the user's
 aggregate Columns (built-ins or pandas UDAFs); a running count over the epoch's CTIs finds the CTI
-that completes each window. State: the events that can still overlap an open window (their end
-is after the earliest open window's start), so it is bounded by time, not by input size. An edge
-still open when the CTI reaches +inf counts up to the last window starting at or before the latest
-time the operator has seen (docs/decisions.md).
+that completes each window. An edge still open when the CTI reaches +inf counts up to the last
+window starting at or before the latest time the operator has seen (docs/decisions.md).
+
+State, bounded by time, not by input size:
+
+* when every aggregate is a built-in that merges (``count``, ``sum``, ``min``, ``max``, ``avg`` /
+  ``mean`` of one argument, not DISTINCT) and the stream has no substreams: one row of partial
+  aggregates per open window and group, and the START edges still open. An event whose end is
+  known goes into every open window it overlaps in the epoch it arrives (or closes) in; an open
+  edge goes, as before, into the windows that complete while it is open;
+* otherwise (pandas UDAFs, other aggregates, expressions over aggregates, substreams): the events
+  that can still overlap an open window (their end is after the earliest open window's start).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from enum import StrEnum
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import DecimalType
 
 from engine.rows import (
     CTI,
@@ -92,6 +101,10 @@ class WindowState:
     last CTI emitted, and with substreams the keyed CTIs seen."""
 
     held: DataFrame | None = None
+    #: partial aggregates of the open windows (``__ws``, keys, partial columns), when kept
+    partials: DataFrame | None = None
+    #: whether this operator keeps partial aggregates (decided at its first epoch)
+    partial: bool | None = None
     last: int = MIN_TIME
     latest: int = MIN_TIME
     emitted: int = MIN_TIME
@@ -133,6 +146,10 @@ def window_aggregate(
     # Substreams: a keyed CTI completes the windows of the groups with its key (docs/decisions.md)
     key = flow.key if flow.keyed is not None and flow.key in spec.keys else None
     keyed = cache.keep(flow.keyed) if key is not None else None
+    merges = _merges(spec)
+    merging = state.partial
+    if merging is None:  # decided once, at the operator's first epoch
+        merging = keyed is None and merges is not None and not _sums_decimals(new, merges[1])
     key_last = None  # per key, the largest keyed input CTI up to this epoch
     if keyed is not None:
         seen = keyed.select(KEY, CTI)
@@ -175,7 +192,8 @@ def window_aggregate(
     # Windows completing now, per event: ws + size > lo (completed before), and ws + size <= hi
     # or, once the CTI is +inf, ws <= the latest time seen (or the last finite CTI's windows, if
     # later). lo, hi: the input CTI before and after the epoch; with substreams, each the larger
-    # of it and the event's key's keyed CTI.
+    # of it and the event's key's keyed CTI. Kept as partial aggregates, an event whose end is
+    # known goes into every window it overlaps that is still open (ws + size > lo) at once.
     size, hop = spec.size, spec.hop
     lo, hi = str(state.last), str(c_last)
     if keyed is not None:
@@ -188,13 +206,27 @@ def window_aggregate(
     lower = f"CASE WHEN {lo} = {MIN_TIME} THEN {START} - {size} + 1 "
     lower += f"ELSE greatest({START} - {size} + 1, {lo} - {size} + 1) END"
     first = f"(({lower}) + pmod(-({lower}), {hop}))"  # the first grid start >= lower
-    last_ws = f"least({END} - 1, {bound})"
-    live = f"{END} > {START} AND {hi} > {lo} AND {first} <= {last_ws}"
+    if merging:
+        last_ws = f"CASE WHEN {_OPEN} THEN least({END} - 1, {bound}) ELSE {END} - 1 END"
+        live = f"{END} > {START} AND (NOT {_OPEN} OR {hi} > {lo}) AND {first} <= {last_ws}"
+    else:
+        last_ws = f"least({END} - 1, {bound})"
+        live = f"{END} > {START} AND {hi} > {lo} AND {first} <= {last_ws}"
     exploded = events.filter(live).withColumn(
         _WS, F.expr(f"explode(sequence({first}, {last_ws}, CAST({hop} AS BIGINT)))")
     )
     ctis = cache.keep(flow.ctis)
-    results = _result_rows(exploded, spec, ctis, keyed, key)
+    partials = None
+    if merging:
+        assert merges is not None
+        grouped, partials = _merge_partials(
+            exploded, spec, merges[0], state.partials, c_last, cache
+        )
+    else:
+        grouped = exploded.groupBy(_WS, *spec.keys).agg(
+            *(col.alias(name) for name, col in spec.aggregates)
+        )
+    results = _result_rows(grouped, spec, ctis, keyed, key)
 
     pulled = spec.pulled(c_last) if c_last != MIN_TIME else MIN_TIME
     before = f"max({CTI}) OVER (ORDER BY {POS} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
@@ -206,10 +238,14 @@ def window_aggregate(
     )
     open_start = pulled - size if spec.point_at_end and pulled != MIN_TIME else pulled
     held = None
-    if c_last != MAX_TIME:
-        held = events.filter(f"{END} > {open_start}").selectExpr(START, END, POS, _OPEN, *cols)
-        held = hold(held)
-    new_state = WindowState(held, c_last, latest, max(state.emitted, pulled), key_last)
+    if c_last != MAX_TIME and (flow.edges or not merging):
+        # kept as partial aggregates, only the START edges still open; else every event that
+        # may overlap an open window
+        keep = _OPEN if merging else f"{END} > {open_start}"
+        held = hold(events.filter(keep).selectExpr(START, END, POS, _OPEN, *cols))
+    new_state = WindowState(
+        held, partials, merging, c_last, latest, max(state.emitted, pulled), key_last
+    )
     out = Flow(results, out_ctis, False)
     if keyed is None:
         return out, new_state
@@ -222,17 +258,119 @@ def window_aggregate(
     return replace(out, keyed=cache.keep(out_keyed), key=key), new_state
 
 
-def _result_rows(
+@dataclass(frozen=True)
+class _Merge:
+    """How one aggregate is kept between epochs: its partial columns (name, Column), how each
+    merges with earlier ones (SQL over the partial column), and its result (SQL)."""
+
+    partial: tuple[tuple[str, Column], ...]
+    merge: tuple[str, ...]
+    final: str
+
+
+_SAME = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+
+
+def _merges(spec: WindowSpec) -> tuple[list[_Merge], list[Column]] | None:
+    """The aggregates of ``spec`` as partial aggregates that merge, and the arguments of its sums
+    and averages; None if one of them does not merge: only ``count``, ``sum``, ``min``, ``max``,
+    ``avg`` / ``mean`` of one argument, without DISTINCT, as plain (classic PySpark) Columns."""
+    out: list[_Merge] = []
+    summed: list[Column] = []
+    for i, (_, col) in enumerate(spec.aggregates):
+        call = _call(col)
+        if call is None:
+            return None
+        fn, arg = call
+        p = f"__a{i}"
+        if fn in _SAME:
+            out.append(_Merge(((p, col),), (f"{_SAME[fn]}({p})",), p))
+            if fn == "sum":
+                summed.append(arg)
+        elif fn in ("avg", "mean"):
+            s, n = f"{p}s", f"{p}n"
+            partial = ((s, F.sum(arg.cast("double"))), (n, F.count(arg)))
+            final = f"CASE WHEN {n} = 0 THEN NULL ELSE {s} / {n} END"
+            out.append(_Merge(partial, (f"sum({s})", f"sum({n})"), final))
+            summed.append(arg)
+        else:
+            return None
+    return out, summed
+
+
+def _sums_decimals(events: DataFrame, summed: list[Column]) -> bool:
+    """Whether a sum or average is over decimals: a sum of decimals widens its type each time
+    it merges, and ``avg`` of decimals is a decimal, not a sum over a count in doubles."""
+    if not summed:
+        return False
+    try:
+        types = [f.dataType for f in events.select(*summed).schema.fields]
+    except Exception:  # unresolvable here: the aggregate itself will say why
+        return True
+    return any(isinstance(t, DecimalType) for t in types)
+
+
+def _call(col: Column) -> tuple[str, Column] | None:
+    """``(function name, its one argument)`` of an aggregate call Column like ``F.sum("v")``;
+    None for anything else (an expression over aggregates, DISTINCT, a UDF, SQL text)."""
+    from pyspark import SparkContext
+    from pyspark.sql.classic.column import Column as ClassicColumn
+
+    jc = getattr(col, "_jc", None)
+    if jc is None:
+        return None
+    try:
+        node = jc.node()
+        if node.getClass().getSimpleName() != "UnresolvedFunction":
+            return None
+        if node.isDistinct() or node.isUserDefinedFunction() or node.arguments().size() != 1:
+            return None
+        jvm = SparkContext._jvm
+        arg = ClassicColumn(jvm.org.apache.spark.sql.Column(node.arguments().apply(0)))
+        return str(node.functionName()).lower(), arg
+    except Exception:  # not a call this operator can take apart: keep events
+        return None
+
+
+def _merge_partials(
     exploded: DataFrame,
+    spec: WindowSpec,
+    merges: list[_Merge],
+    held: DataFrame | None,
+    c_last: int,
+    cache: EpochCache,
+) -> tuple[DataFrame, DataFrame | None]:
+    """The partial aggregates of the epoch's (event, window) pairs merged with the held ones:
+    the results of the windows that complete now (``__ws``, keys, aggregates) and the partial
+    aggregates of the windows still open (None once the CTI is +inf: every window completes)."""
+    keys = sql_names(list(spec.keys))
+    partial = [col.alias(name) for m in merges for name, col in m.partial]
+    merged = exploded.groupBy(_WS, *spec.keys).agg(*partial)
+    if held is not None:
+        again = [
+            F.expr(f"{sql} AS {name}")
+            for m in merges
+            for sql, (name, _) in zip(m.merge, m.partial, strict=True)
+        ]
+        merged = held.unionByName(merged).groupBy(_WS, *spec.keys).agg(*again)
+    merged = cache.keep(merged)
+    done = "true" if c_last == MAX_TIME else f"{_WS} + {spec.size} <= {c_last}"
+    names = sql_names([name for name, _ in spec.aggregates])
+    finals = [f"{m.final} AS {n}" for m, n in zip(merges, names, strict=True)]
+    complete = merged.filter(done).selectExpr(_WS, *keys, *finals)
+    still_open = None if c_last == MAX_TIME else hold(merged.filter(f"NOT ({done})"))
+    return complete, still_open
+
+
+def _result_rows(
+    grouped: DataFrame,
     spec: WindowSpec,
     ctis: DataFrame,
     keyed: DataFrame | None,
     key: str | None,
 ) -> DataFrame:
-    """Aggregate per (window, keys) and place each result at the CTI that completes its window
-    (with substreams, the first CTI or keyed CTI of its key that does)."""
-    aggs = [col.alias(name) for name, col in spec.aggregates]
-    grouped = exploded.groupBy(_WS, *spec.keys).agg(*aggs)
+    """Place each result (``__ws``, keys, aggregates) at the CTI that completes its window (with
+    substreams, the first CTI or keyed CTI of its key that does)."""
     done_at = f"{_WS} + {spec.size}"
     start = done_at if spec.point_at_end else _WS
     end = f"{done_at} + 1" if spec.point_at_end else done_at

@@ -142,10 +142,12 @@ def test_an_open_edge_counts_in_every_window_until_its_end_edge(app):
     ]
 
 
-def test_window_state_holds_only_events_of_open_windows(app):
+def _state_after(app, name: str, aggregate) -> tuple[dict, list]:
+    """Points 0, 2, .., 98 (v = t), a CTI at each, tumbling windows of 10, in 5 epochs without
+    the flush: the window operator's state after the run, and the results."""
     script = EventScript()
     for t in range(0, 100, 2):
-        script.insert("a", point(t, {"v": t}))
+        script.insert("a", point(t, {"k": t % 4, "v": t}))
     stream = Stream.create(
         "a",
         MemoryInputFactory(),
@@ -153,23 +155,95 @@ def test_window_state_holds_only_events_of_open_windows(app):
         EventShape.POINT,
         AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, False)),
     )
-    query = (
-        stream.tumbling_window(10)
-        .aggregate(n=F.count("*"))
-        .to_query(
-            app, "state", MemoryOutputFactory(), MemoryOutputConfig(name="state"), EventShape.POINT
-        )
+    query = aggregate(stream.tumbling_window(10).group_by("k")).to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
     )
     query.run(epochs=5)
-    # The last CTI is 98: windows up to [80, 90) are complete; [90, 100) is open and holds the
-    # points 90..98. Without the flush nothing else is held, whatever the input size, and in no
-    # more partitions than a shuffle makes (kept as the old state plus each epoch's rows, it
-    # would gain partitions every epoch).
     [window] = query.operator_metrics().values()
     shuffle = int(app.spark.conf.get("spark.sql.shuffle.partitions"))
+    # in no more partitions than a shuffle makes (kept as the old state plus each epoch's rows,
+    # it would gain partitions every epoch)
     assert window.pop("state_partitions") <= shuffle
-    assert window == {"state_rows": 5, "cti": 90}
-    assert len([e for e in MemoryOutputFactory.collected("state") if not e.is_cti]) == 9
+    return window, [e for e in MemoryOutputFactory.collected(name) if not e.is_cti]
+
+
+def test_window_state_is_one_partial_aggregate_per_open_window_and_group(app):
+    # The last CTI is 98: windows up to [80, 90) are complete; [90, 100) is open, with the
+    # points 90 .. 98 in groups k = 0 (92, 96) and k = 2 (90, 94, 98): two rows of partial
+    # aggregates, whatever the input size.
+    state, out = _state_after(
+        app, "partial", lambda w: w.aggregate(n=F.count("*"), s=F.sum("v"), m=F.avg("v"))
+    )
+    assert state == {"state_rows": 2, "cti": 90}
+    # 9 complete windows, each with both groups: [0, 10) k=0 has 0, 4, 8; k=2 has 2, 6
+    assert len(out) == 18
+    assert out[0].start == 0 and out[0].payload == {"k": 0, "n": 3, "s": 12, "m": 4.0}
+    assert out[1].payload == {"k": 2, "n": 2, "s": 8, "m": 4.0}
+
+
+def test_window_state_is_the_events_of_open_windows_for_aggregates_that_do_not_merge(app):
+    @pandas_udf("double")
+    def spread(v: pd.Series) -> float:
+        return float(v.max() - v.min())
+
+    # A pandas UDAF cannot merge partial results: the operator keeps the 5 points of [90, 100).
+    state, out = _state_after(app, "events", lambda w: w.aggregate(spread=spread(F.col("v"))))
+    assert state == {"state_rows": 5, "cti": 90}
+    assert len(out) == 18
+    assert [e.payload["spread"] for e in out[:2]] == [8.0, 4.0]
+
+
+def test_partial_aggregates_merge_over_epochs_with_edges_and_intervals(app):
+    """Hopping windows of 10 every 5 over edges, one of them open while windows complete and
+    closed epochs later: min, max, avg, sum and count kept as partial aggregates equal the
+    hand-computed results for every cut."""
+    script = EventScript()
+    script.insert("a", edge_start(1, {"v": 4}))  # open until the end: [1, 17)
+    script.insert("a", edge_start(3, {"v": 10}))
+    script.cti("a", 6)
+    script.insert("a", edge_start(8, {"v": 1}))
+    script.insert("a", edge_end(8, 9, {"v": 1}))
+    script.insert("a", edge_end(3, 12, {"v": 10}))
+    script.cti("a", 14)
+    script.insert("a", edge_end(1, 17, {"v": 4}))
+    script.insert("a", edge_start(18, {"v": 7}))
+    script.insert("a", edge_end(18, 19, {"v": 7}))
+    script.cti("a", 30)
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+    inputs = {"a": In(EventShape.EDGE, explicit)}
+
+    def build(s):
+        return (
+            s["a"]
+            .hopping_window(10, 5)
+            .aggregate(lo=F.min("v"), hi=F.max("v"), m=F.mean("v"), s=F.sum("v"), n=F.count("v"))
+        )
+
+    # Windows [-5, 5): [1, 17) (4), [3, 12) (10); [0, 10): both and [8, 9) (1); [5, 15): the
+    # same; [10, 20): [1, 17), [3, 12), [18, 19) (7); [15, 25): [1, 17), [18, 19). CTI 6
+    # completes [-5, 5) (pulled back to 0, the earliest open window), 14 completes [0, 10)
+    # (pulled to 5), 30 the rest (pulled to 25); the flush at the stop adds +inf.
+    def w(ws, vs):
+        return interval(
+            ws,
+            ws + 10,
+            {"lo": min(vs), "hi": max(vs), "m": sum(vs) / len(vs), "s": sum(vs), "n": len(vs)},
+        )
+
+    expected = [
+        w(-5, [4, 10]),
+        cti(0),
+        w(0, [4, 10, 1]),
+        cti(5),
+        w(5, [4, 10, 1]),
+        w(10, [4, 10, 7]),
+        w(15, [4, 7]),
+        cti(25),
+        INF,
+    ]
+    for cuts in (1, [2], [3, 5], [1, 2, 4, 6, 8, 9]):
+        out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, cuts)
+        assert out == expected, f"cuts={cuts}"
 
 
 def test_a_pandas_udaf_is_a_window_aggregate_like_any_other(app):
