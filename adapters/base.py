@@ -7,9 +7,9 @@ The engine uses a partitioned pull model:
   partition's own order from a resumable offset (:meth:`InputAdapter.read`). The offset given is
   the *next* offset to read: reading from ``0`` reads everything, and a query restarted after
   offset ``n`` was committed reads from ``n + 1``.
-* ``read`` runs on Spark executors: the engine turns each bound adapter into a Python Data
-  Source (``pyspark.sql.datasource``, see ``engine/source.py``) with one Spark input partition per
-  source partition, and the adapter object is pickled to the executors with it, so it must hold
+* ``read`` runs on Spark executors: the engine reads each bound adapter with an Arrow function
+  (see ``engine/source.py``) over one Spark partition per source partition, and the adapter
+  object is pickled to the executors with it, so it must hold
   only its configuration. Clients (files, sockets, broker consumers) are opened inside ``read``,
   never in ``__init__``. What the executors call is :meth:`InputAdapter.read_batches`, which by
   default turns ``read``'s items into Arrow batches; columnar sources override it.

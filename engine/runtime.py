@@ -65,7 +65,7 @@ from engine.rows import (
     release,
 )
 from engine.schema import check_payload_names, schema_differences
-from engine.source import read_input, source_name
+from engine.source import read_input
 from engine.temporal import MIN_TIME, format_ticks, to_ticks
 
 __all__ = ["BoundInput", "Runtime"]
@@ -101,14 +101,12 @@ class Runtime:
     _ingress: dict[int, IngressState] = field(init=False, default_factory=dict)
     _ordering: dict[int, OrderingState] = field(init=False, default_factory=dict)
     _trace: Any = field(init=False, default=None)  # engine.trace.Trace of a traced run
-    _sources: dict[int, str] = field(init=False, default_factory=dict)  # Data Source per input
     #: print a line per epoch to stderr: None (off), 0 (count unknown) or the number of epochs
     progress: int | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.inputs = self._bind()
         self._order = self._import_order()
-        self._sources = {b.spec.index: source_name() for b in self.inputs}
         self._held = Checkpoints()
         # held while state DataFrames are read from another thread (operator_metrics) and
         # while an epoch releases the checkpoints its old state read
@@ -241,7 +239,6 @@ class Runtime:
         for b in self.inputs:
             df = read_input(
                 self.spark,
-                self._sources[b.spec.index],
                 b.adapter,
                 b.spec.index,
                 b.spec.partitions,

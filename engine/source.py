@@ -1,8 +1,8 @@
-"""Reading inputs on Spark: each bound input adapter becomes a Python Data Source.
+"""Reading inputs on Spark: each bound input adapter is read by an Arrow function on the executors.
 
-The driver knows the adapter's source partitions (asked once when the query is built); the Data
-Source hands one Spark input partition per source partition to the executors, where the adapter
-(pickled with the source class: it holds configuration only) reads Arrow batches
+The driver knows the adapter's source partitions (asked once when the query is built); each read
+has one Spark partition per source partition, on the executors, where the adapter (pickled with
+the function: it holds configuration only) reads Arrow batches
 (:meth:`adapters.base.InputAdapter.read_batches`). Batches get the engine's raw layout: the item's
 kind, edge, start, end, arrival, input index, offset, partition index and, for a malformed record,
 its error, then the payload.
@@ -10,18 +10,16 @@ its error, then the payload.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from adapters.base import InputAdapter, ItemKind
 from engine.errors import MalformedRecordError
 
-__all__ = ["RAW_HEADER", "read_input", "source_name"]
+__all__ = ["RAW_HEADER", "read_input"]
 
 RAW_HEADER = [
     StructField("__kind", StringType(), False),
@@ -36,7 +34,6 @@ RAW_HEADER = [
 ]
 
 _KINDS = {ItemKind.EVENT.value: "INSERT", ItemKind.CTI.value: "CTI", ItemKind.END.value: "EOI"}
-_names = itertools.count()
 
 
 def raw_batches(
@@ -129,48 +126,8 @@ def _disorder(batch: Any, where: str, last: tuple[int, int] | None) -> tuple[int
 Ranges = Sequence[tuple[int, int | None] | None]
 
 
-class _Reader(DataSourceReader):
-    def __init__(
-        self,
-        adapter: InputAdapter,
-        index: int,
-        parts: list[str],
-        payload: StructType,
-        ranges: Ranges | None,
-        input_name: str | None = None,
-    ):
-        self._adapter, self._index, self._parts, self._payload = adapter, index, parts, payload
-        self._input_name = input_name
-        self._ranges = ranges if ranges is not None else [(0, None)] * len(parts)
-
-    def partitions(self) -> list[InputPartition]:
-        chosen = [InputPartition((p, *r)) for p, r in enumerate(self._ranges) if r is not None]
-        return chosen or [InputPartition(None)]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        if partition.value is None:  # nothing to read this time
-            return
-        p, start, end = partition.value
-        yield from raw_batches(
-            self._adapter,
-            self._index,
-            p,
-            self._parts[p],
-            self._payload,
-            start,
-            end,
-            self._input_name,
-        )
-
-
-def source_name() -> str:
-    """A Data Source name no other input of this process uses."""
-    return f"ctistream_input_{next(_names)}"
-
-
 def read_input(
     spark: SparkSession,
-    name: str,
     adapter: InputAdapter,
     index: int,
     partitions: list[str],
@@ -178,27 +135,28 @@ def read_input(
     ranges: Ranges | None = None,
     input_name: str | None = None,
 ) -> DataFrame:
-    """The raw rows of one input, read on the executors through a Python Data Source.
-    ``ranges``: per source partition, the offsets ``(start, end)`` to read (``end`` None: to
-    the partition's end), or None to skip the partition; None reads everything. ``input_name``:
-    the input's name in the query, for errors.
+    """The raw rows of one input, read on the executors. ``ranges``: per source partition, the
+    offsets ``(start, end)`` to read (``end`` None: to the partition's end), or None to skip the
+    partition; None reads everything. ``input_name``: the input's name in the query, for errors.
 
-    The source is registered under ``name`` (:func:`source_name`, one per input) with the
-    adapter as it is now (a live adapter's end-offset snapshot changes every epoch). Spark keeps
-    every registered source for the session's life, so each read of an input replaces its
-    previous registration instead of adding one; a DataFrame already loaded keeps its own."""
+    One Spark partition per source partition read, in offset order: ``spark.range`` numbers
+    them and an Arrow function reads source partition ``chosen[i]`` where Spark partition ``i``
+    runs, with the adapter as it is now (a live adapter's end-offset snapshot changes every
+    epoch) pickled with the function. A Python Data Source does the same with three Python
+    planner processes on the driver per read (create the source, plan its partitions), which
+    every epoch of a started query paid (``benchmarks/README.md``, session 13)."""
+    if ranges is None:
+        ranges = [(0, None)] * len(partitions)
+    chosen = [(p, *r) for p, r in enumerate(ranges) if r is not None]
+
+    def read(batches: Iterator[Any]) -> Iterator[Any]:
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                p, start, end = chosen[i]
+                yield from raw_batches(
+                    adapter, index, p, partitions[p], payload, start, end, input_name
+                )
+
     schema = StructType(RAW_HEADER + list(payload.fields))
-
-    class Source(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return name
-
-        def schema(self) -> StructType:
-            return schema
-
-        def reader(self, schema: StructType) -> DataSourceReader:
-            return _Reader(adapter, index, partitions, payload, ranges, input_name)
-
-    spark.dataSource.register(Source)
-    return spark.read.format(name).load()
+    n = len(chosen)
+    return spark.range(0, n, 1, max(n, 1)).mapInArrow(read, schema)
