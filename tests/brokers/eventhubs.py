@@ -266,7 +266,7 @@ class _Connection:
                 if frame is not None:
                     self._dispatch(*frame)
                 self._pump()
-        except (_Closed, OSError):
+        except (_Closed, OSError, ValueError):  # ValueError: stop() closed the socket under us
             pass
         finally:
             self.endpoint._sockets.discard(self.sock)
