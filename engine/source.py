@@ -142,9 +142,10 @@ def read_input(
     One Spark partition per source partition read, in offset order: ``spark.range`` numbers
     them and an Arrow function reads source partition ``chosen[i]`` where Spark partition ``i``
     runs, with the adapter as it is now (a live adapter's end-offset snapshot changes every
-    epoch) pickled with the function. A Python Data Source does the same with three Python
-    planner processes on the driver per read (create the source, plan its partitions), which
-    every epoch of a started query paid (``benchmarks/README.md``, session 13)."""
+    epoch) pickled with the function. A Python Data Source did the same but also ran Python
+    planner processes on the driver for each read (look the source up, create it, plan its
+    partitions); starting them made a started query's first step about 5 s slower
+    (``benchmarks/README.md``, session 13)."""
     if ranges is None:
         ranges = [(0, None)] * len(partitions)
     chosen = [(p, *r) for p, r in enumerate(ranges) if r is not None]
