@@ -8,7 +8,7 @@ import sys
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-__all__ = ["LEAN_SESSION", "default_session", "parse_schema"]
+__all__ = ["LEAN_SESSION", "default_session", "parse_schema", "settle_worker"]
 
 #: Session settings for many small epochs, each a few Spark jobs with deep plans:
 #:
@@ -19,12 +19,18 @@ __all__ = ["LEAN_SESSION", "default_session", "parse_schema"]
 #:   a few hundred CTIs took 64 MB on the driver, kept until the JVM's garbage collector let Spark
 #:   clean the broadcast (some were never cleaned): the driver's heap grew with the number of
 #:   epochs (benchmarks/README.md, session 8). Pages of 2 MB fit epochs of this size.
+#: * Executors talk to their Python workers over Unix domain sockets, not TCP on loopback: over
+#:   TCP each Arrow function (reading an input, the ingress scan) waited about 40 ms for its
+#:   first input batch, as a small write waits for a delayed acknowledgement; a job of 1,000
+#:   rows through two of them took 175-200 ms instead of 235-270 (benchmarks/README.md,
+#:   session 14).
 LEAN_SESSION = {
     "spark.sql.ui.retainedExecutions": "20",
     "spark.ui.retainedJobs": "50",
     "spark.ui.retainedStages": "50",
     "spark.ui.retainedTasks": "1000",
     "spark.buffer.pageSize": "2m",
+    "spark.python.unix.domain.socket.enabled": "true",
 }
 
 
@@ -56,6 +62,29 @@ def default_session(app_name: str, master: str | None = None) -> SparkSession:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("CTISTREAM_SPARK_LOG_LEVEL", "ERROR"))
     return session
+
+
+#: see :func:`settle_worker`
+UNFROZEN_LIMIT = 20_000
+
+
+def settle_worker() -> None:
+    """Called first by every function the engine runs in a Python worker (executors).
+
+    PySpark's daemon runs a full ``gc.collect()`` in a reused worker after each of its tasks.
+    With PySpark, pyarrow, pandas and the adapters' clients imported, a worker's collector
+    tracks 75-95K objects and each collection takes 45-100 ms, which the next Python task
+    given to that worker waits for: twice in a started query's step (reading, then the ingress
+    scan). Here, once a worker holds more than :data:`UNFROZEN_LIMIT` tracked objects, they are
+    collected once more and frozen (:func:`gc.freeze`), so later collections pass over them.
+    Frozen objects are still freed when nothing refers to them; only cycles among them that
+    become garbage later stay. A worker freezes again only after that many new objects outlive
+    its collections (new imports, caches), so that stays small."""
+    import gc
+
+    if len(gc.get_objects()) > UNFROZEN_LIMIT:
+        gc.collect()
+        gc.freeze()
 
 
 def parse_schema(ddl: str) -> StructType:

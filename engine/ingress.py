@@ -33,6 +33,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from engine._spark import settle_worker
 from engine.errors import CtiViolationError, MalformedRecordError
 from engine.events import EdgeType, Event, EventKind
 from engine.rows import (
@@ -489,6 +490,8 @@ def _sequencer(
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
         import pyarrow.compute as pc
+
+        settle_worker()
 
         carried: dict | None = None
         for b in batches:

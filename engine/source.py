@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from adapters.base import InputAdapter, ItemKind
+from engine._spark import settle_worker
 from engine.errors import MalformedRecordError
 
 __all__ = ["RAW_HEADER", "read_input"]
@@ -151,6 +152,7 @@ def read_input(
     chosen = [(p, *r) for p, r in enumerate(ranges) if r is not None]
 
     def read(batches: Iterator[Any]) -> Iterator[Any]:
+        settle_worker()
         for b in batches:
             for i in b.column(0).to_pylist():
                 p, start, end = chosen[i]
