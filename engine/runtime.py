@@ -12,7 +12,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -26,7 +26,7 @@ from adapters.base import InputAdapter, OutputAdapter
 from engine._spark import parse_schema
 from engine.egress import EgressState, egress_epoch
 from engine.errors import QueryBuildError
-from engine.events import Event, EventShape
+from engine.events import EventShape
 from engine.ingress import IngressState, InputSpec, PartitionState, _StopEpoch, ingress_epoch
 from engine.operators import LifetimeState, UnionState, alter_lifetime, select, union, where
 from engine.operators.anti_join import AntiJoinState, anti_join
@@ -320,14 +320,12 @@ class Runtime:
         stopping: bool,
         delivered: int | None,
         as_read: Collection[int] | None = None,
-        deliver: Callable[[int, list[Event]], None] | None = None,
     ) -> None:
         """Run epoch ``k`` (items with arrival in [lo, hi)) and deliver it unless the output
         already has it. ``as_read``: the inputs whose raw rows are as :meth:`_read_all` read
-        them (None: all); the others had rows added. ``deliver``: what delivers (default: the
-        output adapter's :meth:`~adapters.base.OutputAdapter.deliver`). Bad input found in it (a
-        malformed record, a CTI violation without a policy, an END edge without a START)
-        delivers everything before the first bad item and then raises."""
+        them (None: all); the others had rows added. Bad input found in it (a malformed record,
+        a CTI violation without a policy, an END edge without a START) delivers everything
+        before the first bad item and then raises."""
         t0 = time.perf_counter()
         stopped: _StopEpoch | None = None
         limit = None
@@ -340,7 +338,7 @@ class Runtime:
                 # bad item, found by this next run (each run stops strictly earlier).
                 stopped, limit = found, found.pos
         if delivered is None or k > delivered:
-            (deliver or self.output.deliver)(k, items)
+            self.output.deliver(k, items)
         if stopped is not None:
             raise stopped.error from None
         seconds = time.perf_counter() - t0
@@ -348,7 +346,7 @@ class Runtime:
         fields = {"query": self.name, "epoch": k, "seconds": round(seconds, 3)}
         fields |= {"items": len(items), "output_cti": cti}
         log.info(
-            "query %s: epoch %d in %.2f s, %d items to deliver, output CTI %s",
+            "query %s: epoch %d in %.2f s, %d items delivered, output CTI %s",
             self.name,
             k,
             seconds,

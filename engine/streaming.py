@@ -11,10 +11,7 @@ stamp is raised to the epoch's arrival floor, the largest stamp of every earlier
 Before an epoch runs, its plan (the offset range per input and partition, and the floor) is
 written to the offset log; after its output is delivered, to the commit log; every
 ``checkpoint_every`` epochs the whole state (ingress, operators, egress, offsets) is written too
-(:mod:`engine.checkpoint`), once the epoch's output is delivered. The loop of a started query
-delivers an epoch's output while the next epoch runs (in a thread of its own, one epoch at a
-time, in order): the output adapter's work (a Kafka producer's, in Python) no longer adds to
-every epoch's time. A restarted query loads the newest state and replays the logged
+(:mod:`engine.checkpoint`). A restarted query loads the newest state and replays the logged
 epochs after it with the same ranges and floors, so it computes the same output again; the
 output adapter skips the epochs it already delivered. Nothing read after the last logged epoch
 was delivered, so the query then simply goes on.
@@ -75,8 +72,6 @@ class Streamer:
         self._thread: threading.Thread | None = None
         self._halt = threading.Event()
         self.error: BaseException | None = None
-        self._delivering: _Delivery | None = None  # the last epoch handed to the output
-        self._delivered: Any = _UNSET  # the output's last epoch when the loop began
         self._restore()
 
     # -- state ---------------------------------------------------------------------------------
@@ -197,10 +192,9 @@ class Streamer:
             out[str(i)] = [ticks - tolerance, max(ticks, self.floor), list(self.next[i])]
         return out
 
-    def _execute(self, k: int, plan: dict[str, Any], background: bool = False) -> None:
+    def _execute(self, k: int, plan: dict[str, Any]) -> None:
         """Run epoch ``k`` as ``plan`` says, deliver it (unless delivered), commit, and
-        checkpoint the state every ``checkpoint_every`` epochs. ``background``: hand the output
-        to a thread that delivers and commits it while the next epoch runs.
+        checkpoint the state every ``checkpoint_every`` epochs.
 
         When a partition was capped (``max_offsets_per_epoch``), items it did not reach may be
         stamped earlier than items read from other partitions, so the epoch ends at the lowest
@@ -216,29 +210,11 @@ class Streamer:
             raws[int(i)] = raws[int(i)].unionByName(
                 _cti_rows(rt.spark, raws[int(i)], int(i), value, arrival, offsets)
             )
-        output: list[Any] = []  # the epoch's items, when the output lacks them
         try:
             cut = _cut(raws, ranges)
-            delivered = self._output_has(background)
+            delivered = rt.output.delivered_through()
             as_read = [i for i in raws if str(i) not in plan.get("ctis", {})]
-            try:
-                rt.run_epoch(
-                    k,
-                    raws,
-                    None,
-                    cut,
-                    plan["stop"],
-                    delivered,
-                    as_read,
-                    lambda _, x: output.append(x),
-                )
-            except BaseException:
-                # bad input: what came before it is delivered before the error is raised
-                self._wait_delivery()
-                if output:
-                    rt.output.deliver(k, output[0])
-                raise
-            self._hand_over(k, output[0] if output else None, background)
+            rt.run_epoch(k, raws, None, cut, plan["stop"], delivered, as_read)
             resume: dict[int, dict[int, int]] = {}
             if cut is not None:  # where each partition goes on: its first item not taken
                 for i, df in raws.items():
@@ -257,47 +233,13 @@ class Streamer:
         taken = (st.arrival for st in rt._ingress.values() if st.arrival is not None)
         self.floor = max([self.floor, *taken])
         self.epoch = k + 1
-        if self.dir is not None and (self.epoch % self.every == 0 or plan["stop"]):
-            self._wait_delivery()  # a restart from this state does not deliver epoch k again
-            self.dir.save_state(k, self._state())
+        if self.dir is not None:
+            self.dir.commit(k)
+            if self.epoch % self.every == 0 or plan["stop"]:
+                self.dir.save_state(k, self._state())
 
-    def _output_has(self, background: bool) -> int | None:
-        """The last epoch the output holds. The loop asks once, as its deliveries run beside
-        it: every epoch the output can hold has an offset-log entry, which the replay before
-        the loop ran, so the loop's epochs are new to it (or, without a checkpoint, as new as
-        when the loop began)."""
-        if not background:
-            self._wait_delivery()
-            return self.rt.output.delivered_through()
-        if self._delivered is _UNSET:
-            self._delivered = self.rt.output.delivered_through()
-        return self._delivered
-
-    def _hand_over(self, k: int, items: list[Any] | None, background: bool) -> None:
-        """Deliver epoch ``k``'s ``items`` (None: the output has them) and commit it, after the
-        epoch before it: in a thread when ``background``, else now."""
-        self._wait_delivery()
-
-        def deliver() -> None:
-            if items is not None:
-                self.rt.output.deliver(k, items)
-            if self.dir is not None:
-                self.dir.commit(k)
-
-        if background:
-            self._delivering = _Delivery(deliver, f"ctistream-{self.rt.name}-deliver-{k}")
-        else:
-            deliver()
-
-    def _wait_delivery(self) -> None:
-        """Wait until the epoch handed to the output is delivered; raise what failed it."""
-        delivering, self._delivering = self._delivering, None
-        if delivering is not None:
-            delivering.wait()
-
-    def step(self, stopping: bool = False, background: bool = False) -> None:
-        """Plan, log and run the next epoch; deliver it before returning unless
-        ``background`` (the loop's steps: the next step waits for it)."""
+    def step(self, stopping: bool = False) -> None:
+        """Plan, log and run the next epoch."""
         if self.stopped:
             raise RuntimeError(
                 f"query {self.rt.name!r} has stopped (its checkpoint says so); expected a "
@@ -308,9 +250,7 @@ class Streamer:
         if self.dir is not None:
             self.dir.write_offsets(k, plan)
         t0 = time.perf_counter()
-        self._execute(k, plan, background)
-        if not background:
-            self._wait_delivery()  # the epochs the loop ran before
+        self._execute(k, plan)
         seconds = time.perf_counter() - t0
         fields = {"query": self.rt.name, "epoch": k, "step_seconds": round(seconds, 3)}
         log.info(
@@ -332,7 +272,7 @@ class Streamer:
             try:
                 while not self._halt.is_set():
                     t0 = time.monotonic()
-                    self.step(background=True)
+                    self.step()
                     self._halt.wait(max(0.0, trigger - (time.monotonic() - t0)))
             except BaseException as e:  # handed to stop() / Query.exception()
                 log.exception("query %s failed in epoch %d", self.rt.name, self.epoch)
@@ -352,38 +292,8 @@ class Streamer:
                 raise self.error
             if not self.stopped:
                 self.step(stopping=flush)
-            self._wait_delivery()
         finally:
-            try:
-                self._wait_delivery()  # still delivering after an error: finish before closing
-            except Exception:
-                log.exception("query %s: delivering its last epoch failed", self.rt.name)
-            finally:
-                self.rt.output.close()
-
-
-_UNSET: Any = object()
-
-
-class _Delivery:
-    """One epoch's delivery, in a daemon thread (a stuck broker does not keep the process
-    alive); :meth:`wait` joins it and raises what it raised."""
-
-    def __init__(self, deliver: Any, name: str) -> None:
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(deliver,), name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self, deliver: Any) -> None:
-        try:
-            deliver()
-        except BaseException as e:
-            self._error = e
-
-    def wait(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+            self.rt.output.close()
 
 
 def _cut(raws: dict[int, Any], ranges: dict[int, list[Any]]) -> int | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -18,7 +17,6 @@ import pytest
 from kafka import KafkaProducer
 from pyspark.sql import functions as F
 
-from adapters.base import OutputAdapter, OutputAdapterFactory
 from adapters.kafka import (
     KafkaInputConfig,
     KafkaInputFactory,
@@ -60,7 +58,7 @@ def _tag() -> str:
     return uuid.uuid4().hex[:6]
 
 
-def _memory_query(app, name: str, output=None):
+def _memory_query(app, name: str):
     script = EventScript().declare("events", "0")
     for i, s in enumerate([1, 2, 5, 4, 7, 9, 12, 11, 15]):
         script.insert("events", point(T0 + timedelta(seconds=s), {"id": i % 2, "v": float(i)}))
@@ -73,81 +71,8 @@ def _memory_query(app, name: str, output=None):
     )
     out = stream.tumbling_window(timedelta(seconds=5)).group_by("id").aggregate(n=F.count("*"))
     return out.to_query(
-        app,
-        name,
-        output or MemoryOutputFactory(),
-        MemoryOutputConfig(name=name),
-        EventShape.INTERVAL,
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.INTERVAL
     )
-
-
-class _GatedOutput(OutputAdapterFactory[MemoryOutputConfig]):
-    """Memory output whose delivery of epoch 0 waits for ``gate`` and of ``fail_at`` raises;
-    ``calls`` records each delivery's begin and end."""
-
-    def __init__(self, fail_at: int | None = None) -> None:
-        self.gate = threading.Event()
-        self.calls: list[tuple[str, int]] = []
-        self.fail_at = fail_at
-
-    def create(self, config: MemoryOutputConfig, shape: EventShape) -> OutputAdapter:
-        inner = MemoryOutputFactory().create(config, shape)
-        factory = self
-
-        class Gated(OutputAdapter):
-            def deliver(self, epoch, items):
-                factory.calls.append(("begin", epoch))
-                if epoch == 0:
-                    assert factory.gate.wait(120)
-                if epoch == factory.fail_at:
-                    raise ConnectionError(f"the sink went away in epoch {epoch}")
-                inner.deliver(epoch, items)
-                factory.calls.append(("end", epoch))
-
-            def delivered_through(self):
-                return inner.delivered_through()
-
-        return Gated()
-
-
-def test_the_loop_delivers_an_epoch_while_the_next_one_runs_in_order_and_once(app, caplog):
-    tag = _tag()
-    _memory_query(app, f"run-{tag}").run()
-    expected = MemoryOutputFactory.collected(f"run-{tag}")
-
-    gated = _GatedOutput()
-    q = _memory_query(app, f"loop-{tag}", gated)
-    with caplog.at_level(logging.INFO, logger="ctistream.runtime"):
-        q.start(trigger=timedelta(milliseconds=50))
-        deadline = time.monotonic() + 120
-        while not any(getattr(r, "ctistream", {}).get("epoch") == 1 for r in caplog.records):
-            assert q.exception() is None
-            assert time.monotonic() < deadline, "epoch 1 did not run while epoch 0 was delivered"
-            time.sleep(0.05)
-        # epoch 1 ran while epoch 0's delivery waited; its own delivery waits for epoch 0's
-        assert gated.calls == [("begin", 0)]
-        gated.gate.set()
-        q.stop()
-    begun = [k for what, k in gated.calls if what == "begin"]
-    assert begun == list(range(len(begun))) and len(begun) >= 3
-    assert [k for what, k in gated.calls if what == "end"] == begun
-    assert MemoryOutputFactory.collected(f"loop-{tag}") == expected
-
-
-def test_a_failed_delivery_stops_the_loop_and_stop_raises_it(app):
-    gated = _GatedOutput(fail_at=1)
-    gated.gate.set()
-    name = f"fail-{_tag()}"
-    q = _memory_query(app, name, gated)
-    q.start(trigger=timedelta(milliseconds=50))
-    deadline = time.monotonic() + 120
-    while q.exception() is None:
-        assert time.monotonic() < deadline, "the failed delivery did not stop the loop"
-        time.sleep(0.05)
-    with pytest.raises(ConnectionError, match="sink went away in epoch 1"):
-        q.stop()
-    assert [k for k, _ in MemoryOutputFactory.epochs(name)] == [0]
-    assert ("begin", 2) not in gated.calls  # nothing after the failed epoch was delivered
 
 
 def test_a_started_query_over_bounded_input_gives_what_run_gives(app, capsys, caplog):
