@@ -21,9 +21,9 @@ __all__ = ["LEAN_SESSION", "default_session", "parse_schema", "settle_worker"]
 #:   epochs (benchmarks/README.md, session 8). Pages of 2 MB fit epochs of this size.
 #: * Executors talk to their Python workers over Unix domain sockets, not TCP on loopback: over
 #:   TCP each Arrow function (reading an input, the ingress scan) waited about 40 ms for its
-#:   first input batch, as a small write waits for a delayed acknowledgement; a job of 1,000
-#:   rows through two of them took 175-200 ms instead of 235-270 (benchmarks/README.md,
-#:   session 14).
+#:   first input batch, as a small write waits for a delayed acknowledgement. With
+#:   :func:`settle_worker`, a job of 1,000 rows through two of them took 200-250 ms (median)
+#:   instead of 280-310 (``python -m benchmarks.workers``; benchmarks/README.md, session 14).
 LEAN_SESSION = {
     "spark.sql.ui.retainedExecutions": "20",
     "spark.ui.retainedJobs": "50",
