@@ -78,8 +78,9 @@ def settle_worker() -> None:
     scan). Here, once a worker holds more than :data:`UNFROZEN_LIMIT` tracked objects, they are
     collected once more and frozen (:func:`gc.freeze`), so later collections pass over them.
     Frozen objects are still freed when nothing refers to them; only cycles among them that
-    become garbage later stay. A worker freezes again only after that many new objects outlive
-    its collections (new imports, caches), so that stays small."""
+    become garbage later stay. A worker freezes again only once that many new objects have
+    outlived its collections (new imports, caches), so what can stay is small and bounded by
+    how often that happens."""
     import gc
 
     if len(gc.get_objects()) > UNFROZEN_LIMIT:
