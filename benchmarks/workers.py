@@ -23,23 +23,24 @@ import time
 _SETTLE = "CTISTREAM_BENCH_SETTLE"  # read by the functions in the workers (they inherit it)
 
 
-def _rows(batches):
-    import pyarrow as pa
-
+def _settle() -> None:
     if os.environ.get(_SETTLE) == "1":
         from engine._spark import settle_worker
 
         settle_worker()
+
+
+def _rows(batches):
+    import pyarrow as pa
+
+    _settle()
     for _ in batches:
         n = 1000
         yield pa.RecordBatch.from_pydict({"a": list(range(n)), "s": ["x"] * n})
 
 
 def _same(batches):
-    if os.environ.get(_SETTLE) == "1":
-        from engine._spark import settle_worker
-
-        settle_worker()
+    _settle()
     yield from batches
 
 
