@@ -27,7 +27,14 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    BooleanType,
+    DateType,
+    NumericType,
+    StringType,
+    StructType,
+    TimestampType,
+)
 
 from engine.events import EdgeType, Event, EventKind, EventShape
 from engine.rows import CTI, EDGE, END, KEY, POS, START, Flow, sql_names
@@ -154,17 +161,17 @@ def egress_epoch(
         )
     collected = items.unionByName(marks, allowMissingColumns=True)
     schema = items.drop(_TYP).schema
-    rows = collected.collect()
+    # rows as tuples: start, end, edge, release time, position after, payload..., type
+    rows = _collect_rows(collected)
+    k_at = 5 + payload.index(key) if key is not None else None
 
     # Release points in position order: the CTIs and (after a CTI at the same position) the
     # keyed CTIs, each with the positions and values of its timeline for the binary searches.
-    cuts = sorted((tuple(r[_AFTER]), r[_REL]) for r in rows if r[_TYP] == 0)
+    cuts = sorted((r[4], r[3]) for r in rows if r[-1] == 0)
     timelines: dict[Any, tuple[list, list]] = {None: ([p for p, _ in cuts], [c for _, c in cuts])}
     points = [(p, 0, (), c, None) for p, c in cuts]
-    if key is not None:
-        keyed = sorted(
-            (tuple(r[_AFTER]), _order(r[key]), r[_REL], r[key]) for r in rows if r[_TYP] == 3
-        )
+    if k_at is not None:
+        keyed = sorted((r[4], _order(r[k_at]), r[3], r[k_at]) for r in rows if r[-1] == 3)
         for p, order, c, k in keyed:
             line = timelines.setdefault(("k", k), ([], []))
             line[0].append(p)
@@ -172,13 +179,12 @@ def egress_epoch(
             points.append((p, 1, order, c, k))
     points.sort(key=lambda x: x[:3])
     index = {(x[1], x[4], x[0]): i for i, x in enumerate(points)}
-    fresh = [tuple(r)[:-1] for r in rows if r[_TYP] == 1]
+    fresh = [r[:-1] for r in rows if r[-1] == 1]
     pending = state.pending + fresh
-    cancels = Counter((r[START], tuple(r)[5:-1]) for r in rows if r[_TYP] == 2)
+    cancels = Counter((r[0], r[5:-1]) for r in rows if r[-1] == 2)
     if cancels:
         pending = _cancel(pending, cancels)
 
-    k_at = 5 + payload.index(key) if key is not None else None
     segments: list[list[tuple]] = [[] for _ in points]
     waiting = []
     for it in pending:
@@ -216,8 +222,33 @@ def egress_epoch(
     return delivered, EgressState(waiting, last, schema.json())
 
 
+def _collect_rows(df: DataFrame) -> list[tuple]:
+    """``df``'s rows as tuples, the position struct as a tuple. Collected as Arrow (converted
+    on the executors, not pickled row by row) when every other column is of a type whose
+    values Arrow hands back as collected rows do; else as rows."""
+    position = df.columns.index(_AFTER)
+    flat = all(
+        i == position or isinstance(f.dataType, _FLAT) for i, f in enumerate(df.schema.fields)
+    )
+    if not flat:
+        return [
+            tuple(tuple(v) if i == position and v is not None else v for i, v in enumerate(r))
+            for r in df.collect()
+        ]
+    table = df.toArrow()
+    columns = [c.to_pylist() for c in table.columns]
+    columns[position] = [None if p is None else tuple(p.values()) for p in columns[position]]
+    return list(zip(*columns, strict=True))
+
+
+#: types a collected Arrow column gives as the same Python values as a collected row: not
+#: binary (bytes, not bytearray), intervals, local timestamps or nested types
+_FLAT = (BooleanType, NumericType, StringType, DateType, TimestampType)
+
+
 def _py(value: Any) -> Any:
-    """Spark hands timestamps back as naive local datetimes; the API speaks aware UTC."""
-    if isinstance(value, datetime) and value.tzinfo is None:
+    """Spark hands timestamps back as naive local datetimes (rows) or aware ones (Arrow); the
+    API speaks aware UTC."""
+    if isinstance(value, datetime):
         return value.astimezone(UTC)
     return value

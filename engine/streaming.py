@@ -26,6 +26,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
+from engine._spark import settle_driver
 from engine.checkpoint import CheckpointDir
 from engine.errors import QueryBuildError
 from engine.plan import walk
@@ -73,6 +74,7 @@ class Streamer:
         self._halt = threading.Event()
         self.error: BaseException | None = None
         self._restore()
+        settle_driver()
 
     # -- state ---------------------------------------------------------------------------------
     def _node_index(self) -> dict[int, int]:

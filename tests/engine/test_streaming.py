@@ -103,6 +103,26 @@ def test_a_started_query_over_bounded_input_gives_what_run_gives(app, capsys, ca
         q.step()
 
 
+def test_a_started_query_freezes_what_its_driver_holds_so_full_collections_stay_short(app):
+    # the driver's full collections would otherwise walk every object PySpark, pandas, pyarrow
+    # and the query hold (engine._spark.settle_driver)
+    import gc
+
+    keep = [[i] for i in range(30_000)]  # live, collected before the start  # noqa: F841
+    assert len(gc.get_objects()) > 30_000
+    q = _memory_query(app, f"frozen-{_tag()}")
+    q.start(trigger=None)
+    try:
+        assert len(gc.get_objects()) < 5_000  # what a collection still walks
+        q.step()  # and what one step leaves behind is not frozen again
+        assert gc.get_freeze_count() > 30_000
+        frozen = gc.get_freeze_count()
+        q.step()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        q.stop()
+
+
 def _produce(bootstrap: str, topic: str, rows: list[tuple[int, int, int, float]]) -> None:
     """``(n, partition, id, seconds)``: a point at T0 + seconds, stamped T0 + n ms, so arrival
     order is the order of ``n`` across partitions and batches."""
