@@ -100,7 +100,7 @@ def settle_driver() -> None:
 
     The driver's collector tracks what PySpark, pandas, pyarrow and the query hold (150,000
     objects and more), and the full collections that a step's allocations set off every
-    few steps each took about 75 ms of a step of about 0.55 s (a 1,000-event step, measured
+    few steps each took about 75 ms of a step of about 0.55 s (an 800-event step, measured
     over 80 steps: 1.8 s in full collections, 0.2 s after this). What lives when the query
     starts is collected once more and frozen (:func:`gc.freeze`), so later collections pass
     over it. Unlike :func:`settle_worker` this runs once per started query: each freeze keeps

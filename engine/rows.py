@@ -246,6 +246,9 @@ def min_of_latest(rows: DataFrame, group: str, initial: list[int], emitted: int)
     """
     n = len(initial)
     if n == 1:
+        if initial[0] >= emitted:  # every row rises above initial[0]
+            # (and no literal that changes every epoch, which Spark would compile again)
+            return rows.select(POS, CTI)
         return rows.filter(F.col(CTI) > F.lit(emitted)).select(POS, CTI)
     order = Window.orderBy(POS, group)
     running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)

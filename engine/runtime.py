@@ -245,9 +245,8 @@ class Runtime:
                 b.schema,
                 None if ranges is None else ranges[b.spec.index],
                 b.spec.name,
+                floor,
             )
-            if floor is not None:
-                df = df.withColumn("__arr", F.greatest(F.col("__arr"), F.lit(floor)))
             df = df.withColumn(POS, F.expr(_POSITION))
             # read when first used (by the first job over it), once per run. A bounded run's
             # whole input waits on disk, not in memory, in Spark's columnar cache: its batches

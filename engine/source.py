@@ -135,10 +135,14 @@ def read_input(
     payload: StructType,
     ranges: Ranges | None = None,
     input_name: str | None = None,
+    floor: int | None = None,
 ) -> DataFrame:
     """The raw rows of one input, read on the executors. ``ranges``: per source partition, the
     offsets ``(start, end)`` to read (``end`` None: to the partition's end), or None to skip the
     partition; None reads everything. ``input_name``: the input's name in the query, for errors.
+    ``floor``: arrival stamps below it are raised to it (a started query's epochs). It is
+    applied here, not as a Spark expression: a literal that changes every epoch would change the
+    plan's generated code, which Spark then compiles again every epoch.
 
     One Spark partition per source partition read, in offset order: ``spark.range`` numbers
     them and an Arrow function reads source partition ``chosen[i]`` where Spark partition ``i``
@@ -156,10 +160,20 @@ def read_input(
         for b in batches:
             for i in b.column(0).to_pylist():
                 p, start, end = chosen[i]
-                yield from raw_batches(
+                for raw in raw_batches(
                     adapter, index, p, partitions[p], payload, start, end, input_name
-                )
+                ):
+                    yield raw if floor is None else _raise_arrivals(raw, floor)
 
     schema = StructType(RAW_HEADER + list(payload.fields))
     n = len(chosen)
     return spark.range(0, n, 1, max(n, 1)).mapInArrow(read, schema)
+
+
+def _raise_arrivals(batch: Any, floor: int) -> Any:
+    """``batch`` with its arrival stamps below ``floor`` raised to it."""
+    import pyarrow.compute as pc
+
+    i = batch.schema.get_field_index("__arr")
+    raised = pc.max_element_wise(batch.column(i), floor)
+    return batch.set_column(i, "__arr", raised.cast(batch.schema.field(i).type))
