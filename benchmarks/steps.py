@@ -1,0 +1,137 @@
+"""Where a started query's step goes: a Kafka -> Kafka query stepped by hand.
+
+    python -m benchmarks.steps --steps 40 --per-step 800
+
+The query of ``benchmarks/latency.py`` (a CTI after every event, the events written to an output
+topic), started with ``trigger=None``. Before each step this process enqueues ``--per-step``
+events (1 ms apart) and waits for them, so every step reads the same amount and nothing else
+runs beside it (no producer or consumer process, as in the latency run). Prints, over the steps
+after ``--warm``, the median and mean of each part of a step (the engine's functions, timed
+from outside), the full garbage collections of the driver and how many pieces of code Spark
+compiled per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from kafka import KafkaProducer
+
+import adapters._marked as marked
+import engine.egress as egress
+import engine.ingress as ingress
+import engine.runtime as runtime
+import engine.streaming as streaming
+from adapters.kafka import (
+    KafkaInputConfig,
+    KafkaInputFactory,
+    KafkaOutputConfig,
+    KafkaOutputFactory,
+)
+from bindings import Application, Stream
+from engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, EventShape
+from tests.brokers.kafka import TansuBroker
+
+#: seconds per part, for the steps after the warm-up
+PARTS: dict[str, list[float]] = defaultdict(list)
+_measuring = [False]
+
+#: (label, module or class, attribute) of the functions timed
+TIMED = [
+    ("plan (end offsets)", streaming.Streamer, "_plan"),
+    ("read (plans)", runtime.Runtime, "_read_all"),
+    ("ingress", runtime, "ingress_epoch"),
+    ("  its state job", ingress, "_collect_state"),
+    ("egress", runtime, "egress_epoch"),
+    ("  its collect", egress, "_collect_rows"),
+    ("delivery", marked.MarkedOutputAdapter, "deliver"),
+    ("release", streaming, "release"),
+    ("whole step", streaming.Streamer, "step"),
+]
+
+
+def _timed(label: str, where: object, name: str) -> None:
+    inner = getattr(where, name)
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            if _measuring[0]:
+                PARTS[label].append(time.perf_counter() - t0)
+
+    setattr(where, name, timed)
+
+
+def _on_gc(phase: str, info: dict) -> None:
+    if phase == "start":
+        _on_gc.t0 = time.perf_counter()  # type: ignore[attr-defined]
+    elif info["generation"] == 2 and _measuring[0]:
+        PARTS["driver full collections"].append(time.perf_counter() - _on_gc.t0)  # type: ignore[attr-defined]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warm", type=int, default=10)
+    ap.add_argument("--per-step", type=int, default=800)
+    args = ap.parse_args()
+    for label, where, name in TIMED:
+        _timed(label, where, name)
+    gc.callbacks.append(_on_gc)
+
+    broker = TansuBroker().start()
+    try:
+        source, sink = broker.create_topic(), broker.create_topic()
+        app = Application("steps", master="local[2]")
+        every_event = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0)))
+        config = KafkaInputConfig(
+            bootstrap_servers=broker.bootstrap, topic=source, schema="seq long", time_field="ts"
+        )
+        stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, every_event)
+        out = KafkaOutputConfig(bootstrap_servers=broker.bootstrap, topic=sink)
+        query = stream.to_query(app, "steps", KafkaOutputFactory(), out, EventShape.POINT)
+        compiled = app.spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
+        compilations = compiled.METRIC_COMPILATION_TIME()
+        per_step: list[int] = []
+        query.start(trigger=None)
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+        t0, n = time.time(), 0
+        for k in range(args.warm + args.steps):
+            for _ in range(args.per_step):
+                at = t0 + n / 1000
+                value = {"ts": datetime.fromtimestamp(at, UTC).isoformat(), "seq": n}
+                producer.send(source, json.dumps(value).encode(), timestamp_ms=int(at * 1000))
+                n += 1
+            producer.flush()
+            _measuring[0] = k >= args.warm
+            before = compilations.getCount()
+            query.step()
+            if _measuring[0]:
+                per_step.append(compilations.getCount() - before)
+        _measuring[0] = False
+        producer.close()
+        query.stop(flush=False)
+    finally:
+        broker.close()
+
+    print(f"{args.steps} steps of {args.per_step} events after {args.warm} warm-up steps, ms:")
+    for label in [t[0] for t in TIMED] + ["driver full collections"]:
+        xs = PARTS.get(label, [])
+        if xs:
+            print(
+                f"  {label:24s} median {statistics.median(xs) * 1000:7.1f}  mean "
+                f"{statistics.mean(xs) * 1000:7.1f}  ({len(xs)} calls, {sum(xs):.2f} s in all)"
+            )
+    print(f"  compilations per step: median {statistics.median(per_step)}, max {max(per_step)}")
+
+
+if __name__ == "__main__":
+    main()
