@@ -79,6 +79,18 @@ def consume(bootstrap: str, topic: str, got: mp.Queue, halt) -> None:
     consumer.close()
 
 
+def kafka_query(app: Application, name: str, bootstrap: str, source: str, sink: str):
+    """The measured query: points from ``source`` (a CTI after every event, delay 0), written
+    to ``sink`` as they are committed."""
+    every_event = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0)))
+    config = KafkaInputConfig(
+        bootstrap_servers=bootstrap, topic=source, schema="seq long", time_field="ts"
+    )
+    stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, every_event)
+    out = KafkaOutputConfig(bootstrap_servers=bootstrap, topic=sink)
+    return stream.to_query(app, name, KafkaOutputFactory(), out, EventShape.POINT)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=int, default=1000)
@@ -121,13 +133,7 @@ def main() -> None:
         source = broker.create_topic(partitions=args.partitions)
         sink = broker.create_topic()
         app = Application("latency", master="local[2]")
-        every_event = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0)))
-        config = KafkaInputConfig(
-            bootstrap_servers=broker.bootstrap, topic=source, schema="seq long", time_field="ts"
-        )
-        stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, every_event)
-        out = KafkaOutputConfig(bootstrap_servers=broker.bootstrap, topic=sink)
-        query = stream.to_query(app, "latency", KafkaOutputFactory(), out, EventShape.POINT)
+        query = kafka_query(app, "latency", broker.bootstrap, source, sink)
         heap = memory.HeapAfterEpochs(app.spark) if args.heap else None
 
         ctx = mp.get_context("spawn")

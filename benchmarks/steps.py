@@ -19,7 +19,7 @@ import json
 import statistics
 import time
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from kafka import KafkaProducer
 
@@ -28,14 +28,8 @@ import engine.egress as egress
 import engine.ingress as ingress
 import engine.runtime as runtime
 import engine.streaming as streaming
-from adapters.kafka import (
-    KafkaInputConfig,
-    KafkaInputFactory,
-    KafkaOutputConfig,
-    KafkaOutputFactory,
-)
-from bindings import Application, Stream
-from engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, EventShape
+from benchmarks.latency import kafka_query
+from bindings import Application
 from tests.brokers.kafka import TansuBroker
 
 #: seconds per part, for the steps after the warm-up
@@ -91,13 +85,7 @@ def main() -> None:
     try:
         source, sink = broker.create_topic(), broker.create_topic()
         app = Application("steps", master="local[2]")
-        every_event = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0)))
-        config = KafkaInputConfig(
-            bootstrap_servers=broker.bootstrap, topic=source, schema="seq long", time_field="ts"
-        )
-        stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, every_event)
-        out = KafkaOutputConfig(bootstrap_servers=broker.bootstrap, topic=sink)
-        query = stream.to_query(app, "steps", KafkaOutputFactory(), out, EventShape.POINT)
+        query = kafka_query(app, "steps", broker.bootstrap, source, sink)
         compiled = app.spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
         compilations = compiled.METRIC_COMPILATION_TIME()
         per_step: list[int] = []
