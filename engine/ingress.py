@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from engine._spark import settle_worker
 from engine.errors import CtiViolationError, MalformedRecordError
@@ -201,7 +201,7 @@ def ingress_epoch(
         a = ordered.groupBy(_P).applyInArrow(step, _sequenced_schema(ordered.schema))
     a = cache.keep(a)
 
-    new_state, first_violation, first_bad = _collect_state(a, spec, state)
+    new_state, first_violation, first_bad = _collect_state(a, state)
     if first_bad is not None and (
         policy is not None or first_violation is None or first_bad < first_violation
     ):
@@ -284,34 +284,13 @@ def _stop_pos(index: int) -> F.Column:
 
 
 def _collect_state(
-    a: DataFrame, spec: InputSpec, state: IngressState
+    a: DataFrame, state: IngressState
 ) -> tuple[IngressState, tuple | None, tuple | None]:
-    """One small job: per partition, the state after the epoch and the epoch's counts; and the
-    positions of the epoch's first CTI violation and of its first malformed record."""
-    # SQL text: one py4j call per aggregate instead of one per column and operator
-    flush = f"({KIND} = 'BCAST' AND {_SRC} = 'flush')"
-    if spec.flush_on_stop:
-        flush = f"({flush} OR {KIND} = 'EOI')"
-    aggregates = {
-        "cnt": "max(__cnt)",
-        "ms": "max(__ms)",
-        "per": "max(__per)",
-        "cti": "max(__ca)",
-        "events_in": f"count_if({KIND} = 'INSERT')",
-        "ctis_explicit": f"count_if({KIND} = 'CTI')",
-        "ctis_ignored": f"count_if({KIND} = 'CTI' AND {START} <= __cb)",
-        "ctis_generated": f"count_if((__gen OR {flush} OR {KIND} = 'WM') AND __ca > __cb)",
-        "ctis_imported": f"count_if({KIND} = 'BCAST' AND {_SRC} = 'import' AND {_P} = 0)",
-        "dropped": "count_if(__drop)",
-        "adjusted": "count_if(__adj)",
-        "first_violation": f"min(CASE WHEN __viol THEN {POS} END)",
-        "first_bad": f"min(CASE WHEN {KIND} = 'BAD' THEN {POS} END)",
-        "arrival": f"max(CASE WHEN {KIND} != 'BCAST' THEN {POS}.arr END)",
-    }
+    """One small job over the scan's own summary rows (``STATE``, one per source partition that
+    had items this epoch): per partition, the state after the epoch and the epoch's counts; and
+    the positions of the epoch's first CTI violation and of its first malformed record."""
     rows = (
-        a.groupBy(_P)
-        .agg(*(F.expr(f"{sql} AS {name}") for name, sql in aggregates.items()))
-        .collect()
+        a.filter(f"{KIND} = 'STATE'").select(_P, "__cnt", "__ms", "__per", "__ca", _SUM).collect()
     )
     parts = [PartitionState(s.count, s.max_start, s.period, s.cti) for s in state.partitions]
     counts = Counter(state.counts)
@@ -320,31 +299,24 @@ def _collect_state(
     arrival = state.arrival
     for r in rows:
         s = parts[r[_P]]
-        if r["cnt"] is not None:
-            s.count = r["cnt"]
-        if r["ms"] is not None:
-            s.max_start = r["ms"]
-        if r["per"] is not None:
-            s.period = r["per"]
-        s.cti = max(s.cti, r["cti"])
-        for k in (
-            "events_in",
-            "ctis_explicit",
-            "ctis_ignored",
-            "ctis_generated",
-            "ctis_imported",
-            "dropped",
-            "adjusted",
-        ):
-            counts[k] += r[k]
-        v = r["first_violation"]
+        s.count = r["__cnt"]
+        if r["__ms"] is not None:
+            s.max_start = r["__ms"]
+        if r["__per"] is not None:
+            s.period = r["__per"]
+        s.cti = max(s.cti, r["__ca"])
+        summary = r[_SUM]
+        for k in _COUNTS:
+            counts[k] += summary[k]
+        v = summary["first_violation"]
         if v is not None and (first is None or tuple(v) < first):
             first = tuple(v)
-        b = r["first_bad"]
+        b = summary["first_bad"]
         if b is not None and (bad is None or tuple(b) < bad):
             bad = tuple(b)
-        if r["arrival"] is not None:
-            arrival = max(arrival if arrival is not None else r["arrival"], r["arrival"])
+        if summary["arrival"] is not None:
+            last = summary["arrival"]
+            arrival = last if arrival is None else max(arrival, last)
     new = IngressState(parts, state.emitted, state.open_edges, counts, arrival=arrival)
     return new, first, bad
 
@@ -461,11 +433,29 @@ _SEQUENCED = [
 ]
 
 
+_SUM = "__sum"  # the scan's summary of a partition's epoch, on its STATE row only
+#: the counts of a summary (``first_violation``, ``first_bad``, ``arrival`` follow them)
+_COUNTS = [
+    "events_in",
+    "ctis_explicit",
+    "ctis_ignored",
+    "ctis_generated",
+    "ctis_imported",
+    "dropped",
+    "adjusted",
+]
+
+
 def _sequenced_schema(schema: StructType) -> StructType:
-    out = StructType(list(schema.fields))
+    """The scan's output: its input's columns, then the sequenced ones and the summary. Every
+    column may be null: a STATE row has no payload and no position."""
+    pos = schema[POS].dataType
+    summary = StructType([StructField(k, LongType()) for k in _COUNTS])
+    summary = summary.add("first_violation", pos).add("first_bad", pos).add("arrival", LongType())
+    out = StructType([StructField(f.name, f.dataType) for f in schema.fields])
     for name, typ in _SEQUENCED:
         out = out.add(name, typ)
-    return out
+    return out.add(_SUM, summary)
 
 
 def _sequencer(
@@ -485,7 +475,9 @@ def _sequencer(
     generated after it (the N-th counted event, or one that moves the period forward), ``__cb``
     the partition's CTI before it (running max of explicit, imported, flushed, watermark and
     generated CTI values), ``__ca`` after it, ``__viol`` whether it breaks ``__cb``, and the
-    policy's ``__adj``/``__drop``."""
+    policy's ``__adj``/``__drop``. After the partition's last row, one ``STATE`` row: the
+    partition's values after the epoch in ``__cnt``, ``__ms``, ``__per``, ``__ca``, and in
+    ``__sum`` the epoch's counts, its first violation and malformed record, its last arrival."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
@@ -503,6 +495,9 @@ def _sequencer(
                 count, max_start, period, cti = states[part["min"]]
                 carried = {"count": count, "ms": max_start, "per": period, "cti": cti, "pos": None}
                 carried["part"] = part["min"]
+                totals = dict.fromkeys(_COUNTS, 0)
+                firsts: dict[str, Any] = {"first_violation": None, "first_bad": None}
+                arrival = None
             if part["min"] != carried["part"] or part["max"] != carried["part"]:
                 raise RuntimeError(
                     f"ingress scan: rows of source partitions {part} in the scan of partition "
@@ -566,6 +561,36 @@ def _sequencer(
 
             viol = insert & np.where(is_end, end < cb, start < cb)
             adj = viol & ~is_end & (end > cb) if adjust else np.zeros(n, dtype=bool)
+
+            # the partition's summary of the epoch, sent on its STATE row after the last batch
+            src = b.column(_SRC)
+            explicit = _flags(pc.equal(kind, "CTI"))
+            flushed = _flags(pc.equal(kind, "BCAST")) & _flags(pc.equal(src, "flush"))
+            if flush_on_stop:
+                flushed |= _flags(pc.equal(kind, "EOI"))
+            raised = gen | flushed | _flags(pc.equal(kind, "WM"))
+            imported = _flags(pc.equal(kind, "BCAST")) & _flags(pc.equal(src, "import"))
+            for k, mask in (
+                ("events_in", insert),
+                ("ctis_explicit", explicit),
+                ("ctis_ignored", explicit & (start <= cb)),
+                ("ctis_generated", raised & (ca > cb)),
+                ("ctis_imported", imported if carried["part"] == 0 else None),
+                ("dropped", viol & ~adj),
+                ("adjusted", adj),
+            ):
+                if mask is not None:
+                    totals[k] += int(np.count_nonzero(mask))
+            for k, mask in (
+                ("first_violation", viol),
+                ("first_bad", _flags(pc.equal(kind, "BAD"))),
+            ):
+                if firsts[k] is None and mask.any():
+                    firsts[k] = pos.take([int(np.argmax(mask))])
+            arrived = pc.filter(pos.field("arr"), pc.not_equal(kind, "BCAST"))
+            if len(arrived) and arrived.null_count < len(arrived):
+                last = pc.max(arrived).as_py()
+                arrival = last if arrival is None else max(arrival, last)
             columns = {
                 "__cnt": pa.array(cnt),
                 "__ms": pa.array(ms, mask=~seen),
@@ -576,12 +601,48 @@ def _sequencer(
                 "__viol": pa.array(viol),
                 "__adj": pa.array(adj),
                 "__drop": pa.array(viol & ~adj),
+                _SUM: pa.nulls(n, _summary_type(pos.type)),
             }
+            schema = b.schema
             yield pa.RecordBatch.from_arrays(
-                [*b.columns, *columns.values()], names=[*b.schema.names, *columns]
+                [*b.columns, *columns.values()], names=[*schema.names, *columns]
             )
+        if carried is None:
+            return
+        row = {f.name: pa.nulls(1, f.type) for f in schema}
+        row[KIND] = pa.array(["STATE"], schema.field(KIND).type)
+        row[_P] = pa.array([carried["part"]], schema.field(_P).type)
+        pos_type = schema.field(POS).type
+        summary = [
+            *(pa.array([totals[k]], pa.int64()) for k in _COUNTS),
+            *(firsts[k] if firsts[k] is not None else pa.nulls(1, pos_type) for k in firsts),
+            pa.array([arrival], pa.int64()),
+        ]
+        sequenced = {
+            "__cnt": pa.array([carried["count"]], pa.int64()),
+            "__ms": pa.array([carried["ms"]], pa.int64()),
+            "__per": pa.array([carried["per"]], pa.int64()),
+            "__gen": pa.array([False]),
+            "__cb": pa.array([carried["cti"]], pa.int64()),
+            "__ca": pa.array([carried["cti"]], pa.int64()),
+            "__viol": pa.array([False]),
+            "__adj": pa.array([False]),
+            "__drop": pa.array([False]),
+            _SUM: pa.StructArray.from_arrays(summary, fields=list(_summary_type(pos_type))),
+        }
+        yield pa.RecordBatch.from_arrays(
+            [*row.values(), *sequenced.values()], names=[*row, *sequenced]
+        )
 
     return scan
+
+
+def _summary_type(pos: pa.DataType) -> pa.DataType:
+    """The Arrow type of :data:`_SUM` (see :func:`_sequenced_schema`)."""
+    fields = [(k, pa.int64()) for k in _COUNTS]
+    return pa.struct(
+        [*fields, ("first_violation", pos), ("first_bad", pos), ("arrival", pa.int64())]
+    )
 
 
 def _flags(mask: Any) -> Any:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.ingress import _P, _sequencer
+from engine.ingress import _P, _SRC, _sequencer
 from engine.rows import EDGE, END, KIND, POS, START
 from engine.temporal import MIN_TIME
 
@@ -32,6 +32,13 @@ _item = st.one_of(
 )
 
 
+def _source(kind: str, start: int) -> str | None:
+    """A broadcast CTI is imported or the stop's flush (either, by its value)."""
+    if kind != "BCAST":
+        return None
+    return "flush" if start % 2 else "import"
+
+
 def _batch(items: list[tuple[str, str | None, int]]) -> pa.RecordBatch:
     n = len(items)
     pos = [{"arr": i, "inp": 0, "off": i, "part": 0, "sub": 0} for i in range(n)]
@@ -43,8 +50,9 @@ def _batch(items: list[tuple[str, str | None, int]]) -> pa.RecordBatch:
             pa.array([s + 3 for _, _, s in items], pa.int64()),
             pa.array(pos, _POS),
             pa.array([0] * n, pa.int32()),
+            pa.array([_source(k, s) for k, _, s in items], pa.string()),
         ],
-        names=[KIND, EDGE, START, END, POS, _P],
+        names=[KIND, EDGE, START, END, POS, _P, _SRC],
     )
 
 
