@@ -78,32 +78,45 @@ def _items(flow: Flow, shape: EventShape, payload: list[str]) -> DataFrame:
     cols = sql_names(payload)
     no_pos = f"CAST(NULL AS {ev.schema[POS].dataType.simpleString()})"
 
-    def item(
-        where: str, start: str, end: str, out_edge: str, rel: str, after: str = no_pos, typ=1
-    ) -> DataFrame:
+    def items(*cases: tuple[str, str, str, str, str, str, int]) -> DataFrame:
+        """The rows of ``ev`` that meet one of ``cases`` (``where``, then the item's start,
+        end, edge, release time, position after, type), which exclude each other: one filter
+        and one projection, each column the value of the case the row meets."""
+        wheres = [c[0] for c in cases]
+
+        def pick(i: int) -> str:
+            values = [c[i] for c in cases]
+            if len(set(values)) == 1:
+                return values[0]
+            whens = " ".join(f"WHEN {w} THEN {v}" for w, v in zip(wheres, values, strict=True))
+            return f"CASE {whens} END"
+
         # SQL text: one py4j call per column, not one per column and operator
-        return ev.filter(where).selectExpr(
-            f"{start} AS {START}",
-            f"{end} AS {END}",
-            f"CAST({out_edge} AS STRING) AS {EDGE}",
-            f"{rel} AS {_REL}",
-            f"{after} AS {_AFTER}",
+        return ev.filter(" OR ".join(f"({w})" for w in wheres)).selectExpr(
+            f"{pick(1)} AS {START}",
+            f"{pick(2)} AS {END}",
+            f"CAST({pick(3)} AS STRING) AS {EDGE}",
+            f"{pick(4)} AS {_REL}",
+            f"{pick(5)} AS {_AFTER}",
             *cols,
-            f"{typ} AS {_TYP}",
+            f"{pick(6)} AS {_TYP}",
         )
 
     s, e = START, END
     nonempty = f"{e} > {s}"
     not_end = f"NOT ({EDGE} <=> 'END')"
+    cancel = (f"{EDGE} = 'END' AND NOT {nonempty}", s, e, "NULL", s, no_pos, 2)
     if shape is EventShape.INTERVAL:
-        whole = item(f"{EDGE} IS NULL", s, e, "NULL", s)
-        return whole.unionByName(item(f"{EDGE} = 'END' AND {nonempty}", s, e, "NULL", s, POS))
-    cancels = item(f"{EDGE} = 'END' AND NOT {nonempty}", s, e, "NULL", s, typ=2)
+        return items(
+            (f"{EDGE} IS NULL", s, e, "NULL", s, no_pos, 1),
+            (f"{EDGE} = 'END' AND {nonempty}", s, e, "NULL", s, POS, 1),
+        )
     if shape is EventShape.POINT:
-        return item(not_end, s, f"{s} + 1", "NULL", s).unionByName(cancels)
-    starts = item(not_end, s, str(MAX_TIME), "'START'", s)
-    ends = item(f"{EDGE} IS NULL OR ({EDGE} = 'END' AND {nonempty})", s, e, "'END'", e)
-    return starts.unionByName(ends).unionByName(cancels)
+        return items((not_end, s, f"{s} + 1", "NULL", s, no_pos, 1), cancel)
+    # EDGE: a point or an interval is both a START and an END edge
+    starts = items((not_end, s, str(MAX_TIME), "'START'", s, no_pos, 1), cancel)
+    ends = f"{EDGE} IS NULL OR ({EDGE} = 'END' AND {nonempty})"
+    return starts.unionByName(items((ends, s, e, "'END'", e, no_pos, 1)))
 
 
 def _cancel(items: list[tuple], cancels: Counter) -> list[tuple]:
@@ -147,7 +160,7 @@ def egress_epoch(
     With substreams (``flow.keyed``), a keyed CTI releases the items of its key like a CTI does,
     without a CTI item: output adapters get the stream's CTIs only."""
     items = _items(flow, shape, payload)
-    marks = flow.ctis.select(F.col(CTI).alias(_REL), F.col(POS).alias(_AFTER), F.lit(0).alias(_TYP))
+    marks = flow.ctis.selectExpr(f"{CTI} AS {_REL}", f"{POS} AS {_AFTER}", f"0 AS {_TYP}")
     key = flow.key if flow.keyed is not None and flow.key in payload else None
     if key is not None:
         marks = marks.unionByName(
@@ -160,7 +173,7 @@ def egress_epoch(
             allowMissingColumns=True,
         )
     collected = items.unionByName(marks, allowMissingColumns=True)
-    schema = items.drop(_TYP).schema
+    schema = StructType([f for f in items.schema.fields if f.name != _TYP])
     # rows as tuples: start, end, edge, release time, position after, payload..., type
     rows = _collect_rows(collected)
     k_at = 5 + payload.index(key) if key is not None else None

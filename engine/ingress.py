@@ -289,9 +289,7 @@ def _collect_state(
     """One small job over the scan's own summary rows (``STATE``, one per source partition that
     had items this epoch): per partition, the state after the epoch and the epoch's counts; and
     the positions of the epoch's first CTI violation and of its first malformed record."""
-    rows = (
-        a.filter(f"{KIND} = 'STATE'").select(_P, "__cnt", "__ms", "__per", "__ca", _SUM).collect()
-    )
+    rows = a.filter(f"{KIND} = 'STATE'").collect()
     parts = [PartitionState(s.count, s.max_start, s.period, s.cti) for s in state.partitions]
     counts = Counter(state.counts)
     first: tuple | None = None

@@ -74,10 +74,8 @@ __all__ = ["BoundInput", "Runtime"]
 #: output_cti) for structured handlers.
 log = logging.getLogger("ctistream.runtime")
 
+
 #: a raw row's position (engine.rows.POS_TYPE), as SQL text: one py4j call instead of a dozen
-_POSITION = "named_struct('arr', __arr, 'inp', __inp, 'off', __off, 'part', __part, 'sub', 0)"
-
-
 @dataclass
 class BoundInput:
     """An input node with its adapter made and its settings resolved (driver)."""
@@ -247,7 +245,6 @@ class Runtime:
                 b.spec.name,
                 floor,
             )
-            df = df.withColumn(POS, F.expr(_POSITION))
             # read when first used (by the first job over it), once per run. A bounded run's
             # whole input waits on disk, not in memory, in Spark's columnar cache: its batches
             # carry min/max statistics, so an epoch's arrival filter skips the batches of other

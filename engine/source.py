@@ -5,7 +5,7 @@ has one Spark partition per source partition, on the executors, where the adapte
 the function: it holds configuration only) reads Arrow batches
 (:meth:`adapters.base.InputAdapter.read_batches`). Batches get the engine's raw layout: the item's
 kind, edge, start, end, arrival, input index, offset, partition index and, for a malformed record,
-its error, then the payload.
+its error, then the payload, then the item's position (``__pos``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from adapters.base import InputAdapter, ItemKind
 from engine._spark import settle_worker
 from engine.errors import MalformedRecordError
+from engine.rows import POS
 
 __all__ = ["RAW_HEADER", "read_input"]
 
@@ -33,6 +34,18 @@ RAW_HEADER = [
     StructField("__part", IntegerType(), False),
     StructField("__error", StringType(), True),
 ]
+
+#: the type of an item's position (``__pos``), its place in the query's arrival order: arrival
+#: stamp, input, offset, source partition, and 0 (``sub`` tells apart rows the engine adds)
+POSITION = StructType(
+    [
+        StructField("arr", LongType(), False),
+        StructField("inp", IntegerType(), False),
+        StructField("off", LongType(), False),
+        StructField("part", IntegerType(), False),
+        StructField("sub", IntegerType(), False),
+    ]
+)
 
 _KINDS = {ItemKind.EVENT.value: "INSERT", ItemKind.CTI.value: "CTI", ItemKind.END.value: "EOI"}
 
@@ -163,11 +176,22 @@ def read_input(
                 for raw in raw_batches(
                     adapter, index, p, partitions[p], payload, start, end, input_name
                 ):
-                    yield raw if floor is None else _raise_arrivals(raw, floor)
+                    yield _with_position(raw if floor is None else _raise_arrivals(raw, floor))
 
-    schema = StructType(RAW_HEADER + list(payload.fields))
+    schema = StructType([*RAW_HEADER, *payload.fields, StructField(POS, POSITION, False)])
     n = len(chosen)
     return spark.range(0, n, 1, max(n, 1)).mapInArrow(read, schema)
+
+
+def _with_position(batch: Any) -> Any:
+    """``batch`` with its items' positions (:data:`POSITION`) as a last column."""
+    import pyarrow as pa
+
+    fields = [batch.column(f"__{name}") for name in ("arr", "inp", "off", "part")]
+    fields.append(pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows))
+    names = [f.name for f in POSITION.fields]
+    position = pa.StructArray.from_arrays(fields, names=names)
+    return pa.RecordBatch.from_arrays([*batch.columns, position], [*batch.schema.names, POS])
 
 
 def _raise_arrivals(batch: Any, floor: int) -> Any:
