@@ -75,7 +75,6 @@ __all__ = ["BoundInput", "Runtime"]
 log = logging.getLogger("ctistream.runtime")
 
 
-#: a raw row's position (engine.rows.POS_TYPE), as SQL text: one py4j call instead of a dozen
 @dataclass
 class BoundInput:
     """An input node with its adapter made and its settings resolved (driver)."""

@@ -19,7 +19,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from adapters.base import InputAdapter, ItemKind
 from engine._spark import settle_worker
 from engine.errors import MalformedRecordError
-from engine.rows import POS
+from engine.rows import POS, POS_TYPE
 
 __all__ = ["RAW_HEADER", "read_input"]
 
@@ -34,18 +34,6 @@ RAW_HEADER = [
     StructField("__part", IntegerType(), False),
     StructField("__error", StringType(), True),
 ]
-
-#: the type of an item's position (``__pos``), its place in the query's arrival order: arrival
-#: stamp, input, offset, source partition, and 0 (``sub`` tells apart rows the engine adds)
-POSITION = StructType(
-    [
-        StructField("arr", LongType(), False),
-        StructField("inp", IntegerType(), False),
-        StructField("off", LongType(), False),
-        StructField("part", IntegerType(), False),
-        StructField("sub", IntegerType(), False),
-    ]
-)
 
 _KINDS = {ItemKind.EVENT.value: "INSERT", ItemKind.CTI.value: "CTI", ItemKind.END.value: "EOI"}
 
@@ -178,18 +166,19 @@ def read_input(
                 ):
                     yield _with_position(raw if floor is None else _raise_arrivals(raw, floor))
 
-    schema = StructType([*RAW_HEADER, *payload.fields, StructField(POS, POSITION, False)])
+    schema = StructType([*RAW_HEADER, *payload.fields, StructField(POS, POS_TYPE, False)])
     n = len(chosen)
     return spark.range(0, n, 1, max(n, 1)).mapInArrow(read, schema)
 
 
 def _with_position(batch: Any) -> Any:
-    """``batch`` with its items' positions (:data:`POSITION`) as a last column."""
+    """``batch`` with its items' positions (:data:`engine.rows.POS_TYPE`, ``sub`` 0) as a last
+    column."""
     import pyarrow as pa
 
     fields = [batch.column(f"__{name}") for name in ("arr", "inp", "off", "part")]
     fields.append(pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows))
-    names = [f.name for f in POSITION.fields]
+    names = [f.name for f in POS_TYPE.fields]
     position = pa.StructArray.from_arrays(fields, names=names)
     return pa.RecordBatch.from_arrays([*batch.columns, position], [*batch.schema.names, POS])
 
