@@ -505,7 +505,9 @@ def _sequencer(
             carried["pos"] = _check_order(pos, carried["pos"])
             kind = b.column(KIND)
             is_end = _flags(pc.equal(b.column(EDGE), "END"))
-            insert = _flags(pc.equal(kind, "INSERT"))
+            insert, explicit, bcast, wm, eoi = (
+                _flags(pc.equal(kind, k)) for k in ("INSERT", "CTI", "BCAST", "WM", "EOI")
+            )
             start = pc.fill_null(b.column(START), 0).to_numpy(zero_copy_only=False)
             end = pc.fill_null(b.column(END), 0).to_numpy(zero_copy_only=False)
             counted = insert & ~is_end
@@ -547,9 +549,8 @@ def _sequencer(
             if gen.any():
                 contrib = np.where(gen, _saturating_sub(ms, delay), contrib)
             if flush_on_stop:
-                contrib = np.where(_flags(pc.equal(kind, "EOI")), MAX_TIME, contrib)
-            given = _flags(pc.is_in(kind, pa.array(["CTI", "BCAST", "WM"])))
-            contrib = np.where(given, start, contrib)
+                contrib = np.where(eoi, MAX_TIME, contrib)
+            contrib = np.where(explicit | bcast | wm, start, contrib)
             running = np.maximum.accumulate(contrib)
             ca = np.maximum(running, carried["cti"])
             cb = np.empty(n, dtype=np.int64)
@@ -562,12 +563,11 @@ def _sequencer(
 
             # the partition's summary of the epoch, sent on its STATE row after the last batch
             src = b.column(_SRC)
-            explicit = _flags(pc.equal(kind, "CTI"))
-            flushed = _flags(pc.equal(kind, "BCAST")) & _flags(pc.equal(src, "flush"))
+            flushed = bcast & _flags(pc.equal(src, "flush"))
             if flush_on_stop:
-                flushed |= _flags(pc.equal(kind, "EOI"))
-            raised = gen | flushed | _flags(pc.equal(kind, "WM"))
-            imported = _flags(pc.equal(kind, "BCAST")) & _flags(pc.equal(src, "import"))
+                flushed |= eoi
+            raised = gen | flushed | wm
+            imported = bcast & _flags(pc.equal(src, "import"))
             for k, mask in (
                 ("events_in", insert),
                 ("ctis_explicit", explicit),
@@ -585,9 +585,8 @@ def _sequencer(
             ):
                 if firsts[k] is None and mask.any():
                     firsts[k] = pos.take([int(np.argmax(mask))])
-            arrived = pc.filter(pos.field("arr"), pc.not_equal(kind, "BCAST"))
-            if len(arrived) and arrived.null_count < len(arrived):
-                last = pc.max(arrived).as_py()
+            if not bcast.all():  # the last arrival stamp of the partition's own items
+                last = int(np.max(pos.field("arr").to_numpy(zero_copy_only=False)[~bcast]))
                 arrival = last if arrival is None else max(arrival, last)
             columns = {
                 "__cnt": pa.array(cnt),
