@@ -297,13 +297,13 @@ def _collect_state(
     arrival = state.arrival
     for r in rows:
         s = parts[r[_P]]
-        s.count = r["__cnt"]
-        if r["__ms"] is not None:
-            s.max_start = r["__ms"]
-        if r["__per"] is not None:
-            s.period = r["__per"]
-        s.cti = max(s.cti, r["__ca"])
         summary = r[_SUM]
+        s.count = summary["count"]
+        if summary["max_start"] is not None:
+            s.max_start = summary["max_start"]
+        if summary["period"] is not None:
+            s.period = summary["period"]
+        s.cti = max(s.cti, r["__ca"])
         for k in _COUNTS:
             counts[k] += summary[k]
         v = summary["first_violation"]
@@ -417,12 +417,8 @@ def _match_edges(
     return closed, still_open, dropped
 
 
-#: the columns the sequencer adds to each row (``__cnt``, ``__ms``, ``__per`` may be null)
+#: the columns the sequencer adds to each row
 _SEQUENCED = [
-    ("__cnt", "long"),
-    ("__ms", "long"),
-    ("__per", "long"),
-    ("__gen", "boolean"),
     ("__cb", "long"),
     ("__ca", "long"),
     ("__viol", "boolean"),
@@ -432,7 +428,11 @@ _SEQUENCED = [
 
 
 _SUM = "__sum"  # the scan's summary of a partition's epoch, on its STATE row only
-#: the counts of a summary (``first_violation``, ``first_bad``, ``arrival`` follow them)
+#: the partition's running values after the epoch, first in a summary (``max_start`` and
+#: ``period`` null until it has counted an event); its CTI is the STATE row's ``__ca``
+_CARRIED = ["count", "max_start", "period"]
+#: the counts of a summary, after the carried values (``first_violation``, ``first_bad``,
+#: ``arrival`` follow them)
 _COUNTS = [
     "events_in",
     "ctis_explicit",
@@ -445,12 +445,12 @@ _COUNTS = [
 
 
 def _sequenced_schema(schema: StructType) -> StructType:
-    """The scan's output: its input's columns, then the sequenced ones and the summary. Every
-    column may be null: a STATE row has no payload and no position."""
+    """The scan's output: its input's columns but ``__src``, then the sequenced ones and the
+    summary. Every column may be null: a STATE row has no payload and no position."""
     pos = schema[POS].dataType
-    summary = StructType([StructField(k, LongType()) for k in _COUNTS])
+    summary = StructType([StructField(k, LongType()) for k in [*_CARRIED, *_COUNTS]])
     summary = summary.add("first_violation", pos).add("first_bad", pos).add("arrival", LongType())
-    out = StructType([StructField(f.name, f.dataType) for f in schema.fields])
+    out = StructType([StructField(f.name, f.dataType) for f in schema.fields if f.name != _SRC])
     for name, typ in _SEQUENCED:
         out = out.add(name, typ)
     return out.add(_SUM, summary)
@@ -467,15 +467,17 @@ def _sequencer(
     """The per-partition scan of §3 over one source partition's rows in arrival order.
 
     ``states[p]``: partition p's (count, max start, period, CTI) before the epoch. ``frequency``:
-    None without generation, else the count or the period in ticks (``by_count``). For each row:
-    ``__cnt``/``__ms`` the running count and max start of counted events (points, intervals,
-    START edges, dropped or not), ``__per`` the period of ``__ms``, ``__gen`` whether a CTI is
-    generated after it (the N-th counted event, or one that moves the period forward), ``__cb``
-    the partition's CTI before it (running max of explicit, imported, flushed, watermark and
-    generated CTI values), ``__ca`` after it, ``__viol`` whether it breaks ``__cb``, and the
-    policy's ``__adj``/``__drop``. After the partition's last row, one ``STATE`` row: the
-    partition's values after the epoch in ``__cnt``, ``__ms``, ``__per``, ``__ca``, and in
-    ``__sum`` the epoch's counts, its first violation and malformed record, its last arrival."""
+    None without generation, else the count or the period in ticks (``by_count``). It keeps the
+    running count and max start of counted events (points, intervals, START edges, dropped or
+    not) and the period of that max start; a CTI is generated after the N-th counted event, or
+    after one that moves the period forward. For each row it adds ``__cb``, the partition's CTI
+    before it (running max of explicit, imported, flushed, watermark and generated CTI values),
+    ``__ca`` after it, ``__viol`` whether it breaks ``__cb``, and the policy's
+    ``__adj``/``__drop``. After the partition's last row, one ``STATE`` row: the partition's CTI
+    after the epoch in ``__ca``, and in ``__sum`` its count, max start and period after the
+    epoch, the epoch's counts, its first violation and malformed record, its last arrival. Only
+    what later plans read leaves the scan: every column costs its conversion to Arrow and back
+    and its place in the cached output."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
@@ -510,18 +512,16 @@ def _sequencer(
             )
             start = pc.fill_null(b.column(START), 0).to_numpy(zero_copy_only=False)
             end = pc.fill_null(b.column(END), 0).to_numpy(zero_copy_only=False)
-            counted = insert & ~is_end
-
-            cnt = carried["count"] + np.cumsum(counted, dtype=np.int64)
-            seen = np.cumsum(counted) > 0
-            if carried["ms"] is not None:
-                seen[:] = True
-            ms = np.maximum.accumulate(np.where(counted, start, np.iinfo(np.int64).min))
-            if carried["ms"] is not None:
-                ms = np.maximum(ms, carried["ms"])
             gen = np.zeros(n, dtype=bool)
-            per = None
             if frequency is not None:
+                counted = insert & ~is_end
+                cnt = carried["count"] + np.cumsum(counted, dtype=np.int64)
+                seen = np.cumsum(counted) > 0
+                if carried["ms"] is not None:
+                    seen[:] = True
+                ms = np.maximum.accumulate(np.where(counted, start, np.iinfo(np.int64).min))
+                if carried["ms"] is not None:
+                    ms = np.maximum(ms, carried["ms"])
                 if by_count:
                     gen = counted & (cnt % frequency == 0)
                 else:
@@ -537,12 +537,6 @@ def _sequencer(
                 carried["count"] = int(cnt[-1])
                 if seen[-1]:
                     carried["ms"] = int(ms[-1])
-            else:
-                cnt = np.full(n, carried["count"], dtype=np.int64)
-                seen[:] = carried["ms"] is not None
-                ms = np.full(n, carried["ms"] or 0, dtype=np.int64)
-                if carried["per"] is not None:
-                    per = np.full(n, carried["per"], dtype=np.int64)
 
             # each item's CTI value, lowest where it has none (given > flush > generated)
             contrib = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
@@ -589,10 +583,6 @@ def _sequencer(
                 last = int(np.max(pos.field("arr").to_numpy(zero_copy_only=False)[~bcast]))
                 arrival = last if arrival is None else max(arrival, last)
             columns = {
-                "__cnt": pa.array(cnt),
-                "__ms": pa.array(ms, mask=~seen),
-                "__per": pa.nulls(n, pa.int64()) if per is None else pa.array(per, mask=~seen),
-                "__gen": pa.array(gen),
                 "__cb": pa.array(cb),
                 "__ca": pa.array(ca),
                 "__viol": pa.array(viol),
@@ -600,9 +590,10 @@ def _sequencer(
                 "__drop": pa.array(viol & ~adj),
                 _SUM: pa.nulls(n, _summary_type(pos.type)),
             }
-            schema = b.schema
+            kept = [i for i, name in enumerate(b.schema.names) if name != _SRC]
+            schema = pa.schema([b.schema.field(i) for i in kept])
             yield pa.RecordBatch.from_arrays(
-                [*b.columns, *columns.values()], names=[*schema.names, *columns]
+                [*(b.column(i) for i in kept), *columns.values()], names=[*schema.names, *columns]
             )
         if carried is None:
             return
@@ -611,15 +602,12 @@ def _sequencer(
         row[_P] = pa.array([carried["part"]], schema.field(_P).type)
         pos_type = schema.field(POS).type
         summary = [
+            *(pa.array([carried[k]], pa.int64()) for k in ("count", "ms", "per")),
             *(pa.array([totals[k]], pa.int64()) for k in _COUNTS),
             *(firsts[k] if firsts[k] is not None else pa.nulls(1, pos_type) for k in firsts),
             pa.array([arrival], pa.int64()),
         ]
         sequenced = {
-            "__cnt": pa.array([carried["count"]], pa.int64()),
-            "__ms": pa.array([carried["ms"]], pa.int64()),
-            "__per": pa.array([carried["per"]], pa.int64()),
-            "__gen": pa.array([False]),
             "__cb": pa.array([carried["cti"]], pa.int64()),
             "__ca": pa.array([carried["cti"]], pa.int64()),
             "__viol": pa.array([False]),
@@ -636,7 +624,7 @@ def _sequencer(
 
 def _summary_type(pos: pa.DataType) -> pa.DataType:
     """The Arrow type of :data:`_SUM` (see :func:`_sequenced_schema`)."""
-    fields = [(k, pa.int64()) for k in _COUNTS]
+    fields = [(k, pa.int64()) for k in [*_CARRIED, *_COUNTS]]
     return pa.struct(
         [*fields, ("first_violation", pos), ("first_bad", pos), ("arrival", pa.int64())]
     )
