@@ -106,6 +106,20 @@ def test_count_generation_uses_the_delay_and_never_counts_end_edges(app):
     assert m["e"]["ctis_generated"] == 3  # 19 s, 39 s and the flush
 
 
+def test_count_generation_takes_the_max_start_of_earlier_epochs(app):
+    # semantics §3.2: the generated CTI is the max start of every counted event so far minus the
+    # delay. Every 2nd point, delay 0: after 50 s and 10 s the CTI is 50 s (not 10 s), after
+    # 60 s and 55 s it is 60 s; the flush releases the rest. Cut after the first point, the
+    # second epoch must still know that 50 s was seen.
+    script = EventScript()
+    for t in (50, 10, 60, 55):
+        script.insert("a", point(t * S, {"v": t}))
+    out, m = run_cut(app, script, {"a": In(settings=gen(2, flush=True))}, cuts=(1, 3))
+    p = {t: point(t * S, {"v": t}) for t in (50, 10, 60, 55)}
+    assert out == [p[10], cti(50 * S), p[50], p[55], cti(60 * S), p[60], INF]
+    assert m["a"]["ctis_generated"] == 3  # 50 s, 60 s and the flush
+
+
 def test_delay_of_minus_one_tick_commits_every_point_at_once(app):
     # The seeds' liveliness case: frequency 1, delay -1 tick.
     script = EventScript()
