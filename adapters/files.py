@@ -542,7 +542,18 @@ class FileInputAdapter(InputAdapter):
             columns = self._columnar_columns(pf.schema_arrow, payload)
             index, high = 0, None
             if columns is not None:
-                for batch in pf.iter_batches(batch_size=_COLUMNAR_BATCH_ROWS, columns=columns):
+                # row groups wholly before the start: only their arrival stamps are read
+                groups = range(pf.num_row_groups)
+                for group in groups:
+                    n = pf.metadata.row_group(group).num_rows
+                    if index + n > start_offset:
+                        break
+                    high = self._latest_arrival(pf, group, high)
+                    index += n
+                    groups = range(group + 1, pf.num_row_groups)
+                for batch in pf.iter_batches(
+                    batch_size=_COLUMNAR_BATCH_ROWS, columns=columns, row_groups=groups
+                ):
                     done = self._columnar_batch(batch, index, high, payload)
                     if done is None:
                         break
@@ -558,6 +569,25 @@ class FileInputAdapter(InputAdapter):
             yield from super().read_batches(partition, max(index, start_offset), payload)
         finally:
             pf.close()
+
+    def _latest_arrival(self, pf: Any, group: int, high: int | None) -> int | None:
+        """``high`` raised to the latest finite arrival stamp of row group ``group``, as
+        :meth:`read` keeps it over the rows before its start."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        column = self._config.arrival_column
+        if column is None:
+            return high
+        a = pf.read_row_group(group, columns=[column]).column(0)
+        if pa.types.is_dictionary(a.type):
+            a = a.dictionary_decode()
+        if pa.types.is_timestamp(a.type):
+            a = a.cast(pa.timestamp("us", tz=a.type.tz), safe=False)
+        a = a.cast(pa.int64())
+        finite = pc.and_(pc.not_equal(a, MIN_TIME), pc.not_equal(a, MAX_TIME))
+        latest = pc.max(a.filter(pc.fill_null(finite, False))).as_py()
+        return high if latest is None else latest if high is None else max(high, latest)
 
     def _columnar_columns(self, file_schema: Any, payload: Any) -> list[str] | None:
         """The file columns the columnar path reads, or None when a type rules it out."""

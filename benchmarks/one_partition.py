@@ -8,7 +8,8 @@ never passes the end of the first file. Native Spark's file source has one water
 files. This adapter chains the files in sorted order as one partition (offsets run on across
 files, one END at the end), which is the nearest equivalent. It reads each file with
 ``FileInputAdapter`` itself (``read_batches``, the engine's read path, and ``read``), so it is
-exactly as fast per row as the stock adapter; only the files are read one after the other.
+exactly as fast per row as the stock adapter; only the files are read one after the other. A read
+from an offset opens the files before it for their row counts only (Parquet metadata).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from adapters.base import ItemKind, SourceItem
 from adapters.files import FileInputAdapter, FileInputConfig, FileInputFactory
@@ -50,8 +52,13 @@ class OnePartitionFileAdapter(FileInputAdapter):
             yield from super().read_batches(partition, start_offset, payload)
             return
         base, end = 0, None
-        for path in self._paths():
-            for batch in super().read_batches(path, 0, payload):
+        paths = self._paths()
+        for k, path in enumerate(paths):
+            n = pq.read_metadata(path).num_rows
+            if k < len(paths) - 1 and base + n <= start_offset:
+                base += n  # every row before the start (only the last file's END is read)
+                continue
+            for batch in super().read_batches(path, max(0, start_offset - base), payload):
                 is_end = pc.equal(batch.column("__kind"), ItemKind.END.value)
                 if pc.any(is_end).as_py():
                     end = batch.filter(is_end)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -53,6 +53,7 @@ from engine.rows import (
     sql_names,
 )
 from engine.settings import AdvanceTimePolicy, AdvanceTimeSettings
+from engine.source import SourceRead
 from engine.temporal import MAX_TIME, MIN_TIME, format_ticks
 
 __all__ = ["IngressState", "InputSpec", "PartitionState", "ingress_epoch"]
@@ -100,6 +101,10 @@ class PartitionState:
     max_start: int | None = None
     period: int | None = None
     cti: int = MIN_TIME
+    #: the (arrival, offset) of the last item taken and whether it was the partition's end: where
+    #: a bounded run's next epoch reads from (:class:`engine.source.SourceRead`)
+    last: tuple[int, int] | None = None
+    ended: bool = False
 
 
 @dataclass
@@ -138,6 +143,7 @@ def ingress_epoch(
     cache: EpochCache,
     trace: Any = None,
     in_order: bool = False,
+    read: SourceRead | None = None,
 ) -> tuple[Flow, IngressState]:
     """Run one epoch of ``spec``'s ingress.
 
@@ -145,8 +151,9 @@ def ingress_epoch(
     ``__start``, ``__end``, ``__pos``, ``__part``, payload). ``imports``: CTIs of the imported input
     in this epoch (``__pos``, ``__c``). ``flush_at_stop``: the query stops after this epoch and the
     input flushes on stop. ``in_order``: each of ``raw``'s Spark partitions holds one source
-    partition's rows in position order (as the input was read). Returns the input's events and
-    CTIs and the state after the epoch.
+    partition's rows in position order (as the input was read). ``read``: how ``raw`` was read;
+    given with ``in_order``, the scan runs in the read's own Python task. Returns the input's
+    events and CTIs and the state after the epoch.
     """
     settings = spec.settings
     gen = settings.generation if settings else None
@@ -194,7 +201,12 @@ def ingress_epoch(
         spec.flush_on_stop,
         policy is AdvanceTimePolicy.ADJUST,
     )
-    if in_order and not broadcast:
+    if in_order and not broadcast and read is not None:
+        names = seq.schema.fieldNames()
+        a = read.map(
+            spark, lambda raws: step(_own(b, names) for b in raws), _sequenced_schema(seq.schema)
+        )
+    elif in_order and not broadcast:
         a = seq.mapInArrow(step, _sequenced_schema(seq.schema))
     else:
         ordered = seq.repartition(_P).sortWithinPartitions(_P, POS)
@@ -237,6 +249,14 @@ def ingress_epoch(
     keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
     new_state.key_seen = checkpoint(seen)
     return Flow(events, ctis, spec.edges, cache.keep(keyed), over), new_state
+
+
+def _own(raw: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
+    """A raw batch as the scan takes an input's own rows (``own`` in :func:`ingress_epoch`)."""
+    columns = {_P: raw.column("__part"), _SRC: pa.nulls(raw.num_rows, pa.string())}
+    return pa.RecordBatch.from_arrays(
+        [columns[k] if k in columns else raw.column(k) for k in names], names=names
+    )
 
 
 def _key_candidates(
@@ -290,7 +310,7 @@ def _collect_state(
     had items this epoch): per partition, the state after the epoch and the epoch's counts; and
     the positions of the epoch's first CTI violation and of its first malformed record."""
     rows = a.filter(f"{KIND} = 'STATE'").collect()
-    parts = [PartitionState(s.count, s.max_start, s.period, s.cti) for s in state.partitions]
+    parts = [replace(s) for s in state.partitions]
     counts = Counter(state.counts)
     first: tuple | None = None
     bad: tuple | None = None
@@ -315,6 +335,8 @@ def _collect_state(
         if summary["arrival"] is not None:
             last = summary["arrival"]
             arrival = last if arrival is None else max(arrival, last)
+            s.last = (last, summary["offset"])
+            s.ended = bool(summary["ended"])
     new = IngressState(parts, state.emitted, state.open_edges, counts, arrival=arrival)
     return new, first, bad
 
@@ -431,8 +453,8 @@ _SUM = "__sum"  # the scan's summary of a partition's epoch, on its STATE row on
 #: the partition's running values after the epoch, first in a summary (``max_start`` and
 #: ``period`` null until it has counted an event); its CTI is the STATE row's ``__ca``
 _CARRIED = ["count", "max_start", "period"]
-#: the counts of a summary, after the carried values (``first_violation``, ``first_bad``,
-#: ``arrival`` follow them)
+#: the counts of a summary, after the carried values (``first_violation``, ``first_bad`` and
+#: :data:`_LAST` follow them)
 _COUNTS = [
     "events_in",
     "ctis_explicit",
@@ -444,12 +466,19 @@ _COUNTS = [
 ]
 
 
+#: the arrival and offset of the partition's last own item of the epoch (null if it had none)
+#: and 1 if that item was its end (EOI), else 0
+_LAST = ["arrival", "offset", "ended"]
+
+
 def _sequenced_schema(schema: StructType) -> StructType:
     """The scan's output: its input's columns but ``__src``, then the sequenced ones and the
     summary. Every column may be null: a STATE row has no payload and no position."""
     pos = schema[POS].dataType
     summary = StructType([StructField(k, LongType()) for k in [*_CARRIED, *_COUNTS]])
-    summary = summary.add("first_violation", pos).add("first_bad", pos).add("arrival", LongType())
+    summary = summary.add("first_violation", pos).add("first_bad", pos)
+    for name in _LAST:
+        summary = summary.add(name, LongType())
     out = StructType([StructField(f.name, f.dataType) for f in schema.fields if f.name != _SRC])
     for name, typ in _SEQUENCED:
         out = out.add(name, typ)
@@ -475,9 +504,10 @@ def _sequencer(
     ``__ca`` after it, ``__viol`` whether it breaks ``__cb``, and the policy's
     ``__adj``/``__drop``. After the partition's last row, one ``STATE`` row: the partition's CTI
     after the epoch in ``__ca``, and in ``__sum`` its count, max start and period after the
-    epoch, the epoch's counts, its first violation and malformed record, its last arrival. Only
-    what later plans read leaves the scan: every column costs its conversion to Arrow and back
-    and its place in the cached output."""
+    epoch, the epoch's counts, its first violation and malformed record, the arrival and offset
+    of its last own item and whether that was its end. Only what later plans read leaves the
+    scan: every column costs its conversion to Arrow and back and its place in the cached
+    output."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
@@ -497,7 +527,7 @@ def _sequencer(
                 carried["part"] = part["min"]
                 totals = dict.fromkeys(_COUNTS, 0)
                 firsts: dict[str, Any] = {"first_violation": None, "first_bad": None}
-                arrival = None
+                last: list[Any] = [None, None, 0]
             if part["min"] != carried["part"] or part["max"] != carried["part"]:
                 raise RuntimeError(
                     f"ingress scan: rows of source partitions {part} in the scan of partition "
@@ -579,9 +609,9 @@ def _sequencer(
             ):
                 if firsts[k] is None and mask.any():
                     firsts[k] = pos.take([int(np.argmax(mask))])
-            if not bcast.all():  # the last arrival stamp of the partition's own items
-                last = int(np.max(pos.field("arr").to_numpy(zero_copy_only=False)[~bcast]))
-                arrival = last if arrival is None else max(arrival, last)
+            if not bcast.all():  # the partition's last own item (positions increase)
+                i = int(np.flatnonzero(~bcast)[-1])
+                last = [int(pos.field(k)[i].as_py()) for k in ("arr", "off")] + [int(eoi[i])]
             columns = {
                 "__cb": pa.array(cb),
                 "__ca": pa.array(ca),
@@ -605,7 +635,7 @@ def _sequencer(
             *(pa.array([carried[k]], pa.int64()) for k in ("count", "ms", "per")),
             *(pa.array([totals[k]], pa.int64()) for k in _COUNTS),
             *(firsts[k] if firsts[k] is not None else pa.nulls(1, pos_type) for k in firsts),
-            pa.array([arrival], pa.int64()),
+            *(pa.array([v], pa.int64()) for v in last),
         ]
         sequenced = {
             "__cb": pa.array([carried["cti"]], pa.int64()),
@@ -626,7 +656,7 @@ def _summary_type(pos: pa.DataType) -> pa.DataType:
     """The Arrow type of :data:`_SUM` (see :func:`_sequenced_schema`)."""
     fields = [(k, pa.int64()) for k in [*_CARRIED, *_COUNTS]]
     return pa.struct(
-        [*fields, ("first_violation", pos), ("first_bad", pos), ("arrival", pa.int64())]
+        [*fields, ("first_violation", pos), ("first_bad", pos), *((k, pa.int64()) for k in _LAST)]
     )
 
 

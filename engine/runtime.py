@@ -2,8 +2,9 @@
 
 A run cuts the arrival sequence of all inputs into epochs (contiguous ranges of arrival stamps).
 Each epoch is one pass over the plan: ingress per input (in import order), operators, egress;
-state goes from one epoch to the next. A bounded run reads each input once, on the executors, and
-keeps it cached while the epochs run. Output is the same for any cut (semantics §4).
+state goes from one epoch to the next. A bounded run reads each epoch's items of an input on the
+executors, from where the epoch before stopped, in the Python task that runs ingress's scan over
+them. Output is the same for any cut (semantics §4).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -65,7 +66,7 @@ from engine.rows import (
     release,
 )
 from engine.schema import check_payload_names, schema_differences
-from engine.source import read_input
+from engine.source import SourceRead, read_input
 from engine.temporal import MIN_TIME, format_ticks, to_ticks
 
 __all__ = ["BoundInput", "Runtime"]
@@ -227,13 +228,17 @@ class Runtime:
 
     # -- running ------------------------------------------------------------------------------
     def _read_all(
-        self, ranges: dict[int, Any] | None = None, floor: int | None = None
+        self,
+        ranges: dict[int, Any] | None = None,
+        floor: int | None = None,
+        inputs: Sequence[BoundInput] | None = None,
     ) -> dict[int, DataFrame]:
         """Every input's raw rows (``ranges``: per input, the offsets to read per partition, as
         :func:`engine.source.read_input`), cached. ``floor``: arrival stamps below it are raised
-        to it (a started query's epochs, see :mod:`engine.streaming`)."""
+        to it (a started query's epochs, see :mod:`engine.streaming`). ``inputs``: only these
+        (default: all)."""
         raws = {}
-        for b in self.inputs:
+        for b in self.inputs if inputs is None else inputs:
             df = read_input(
                 self.spark,
                 b.adapter,
@@ -245,9 +250,10 @@ class Runtime:
                 floor,
             )
             # read when first used (by the first job over it), once per run. A bounded run's
-            # whole input waits on disk, not in memory, in Spark's columnar cache: its batches
-            # carry min/max statistics, so an epoch's arrival filter skips the batches of other
-            # epochs instead of reading every row of the input again
+            # whole input (of an input with §7 ordering, see run()) waits on disk, not in
+            # memory, in Spark's columnar cache: its batches carry min/max statistics, so an
+            # epoch's arrival filter skips the batches of other epochs instead of reading every
+            # row of the input again
             if ranges is None:
                 raws[b.spec.index] = df.persist(StorageLevel.DISK_ONLY)
             else:
@@ -255,6 +261,8 @@ class Runtime:
         return raws
 
     def _cuts(self, raws: dict[int, DataFrame], epochs: int | Sequence[Any]) -> list[int]:
+        """The arrival stamps where epochs start; ``epochs`` cuts the arrivals of the inputs
+        (``raws`` where cached, else read once more) in that many quantiles."""
         if not isinstance(epochs, int):
             return sorted({to_ticks(c, what="epoch cut") for c in epochs})
         if epochs < 1:
@@ -262,8 +270,11 @@ class Runtime:
         if epochs == 1:
             return []
         arrivals = None
-        for df in raws.values():
-            a = df.select("__arr")
+        for b in self.inputs:
+            raw = raws.get(b.spec.index)
+            if raw is None:
+                raw = self._source_read(b, None).frame(self.spark)
+            a = raw.select("__arr")
             arrivals = a if arrivals is None else arrivals.unionByName(a)
         assert arrivals is not None
         qs = arrivals.approxQuantile("__arr", [i / epochs for i in range(1, epochs)], 0.0)
@@ -276,7 +287,11 @@ class Runtime:
         self._trace = trace
         if trace is not None:
             trace.start(self)
-        raws = self._read_all()
+        # Inputs are read epoch by epoch, each epoch from where the last one stopped up to its
+        # cut, in the Python task of ingress's scan. An input with §7 ordering is read whole
+        # once and kept (its ingress does not see every item read, so it cannot tell where
+        # the next epoch starts)
+        raws = self._read_all(inputs=[b for b in self.inputs if b.spec.ordering is not None])
         cuts = self._cuts(raws, epochs)
         bounds = list(zip([None, *cuts], [*cuts, None], strict=True))
         if self.progress is not None:
@@ -286,11 +301,31 @@ class Runtime:
         try:
             for k, (lo, hi) in enumerate(bounds):
                 last = k == len(bounds) - 1
-                self.run_epoch(k, raws, lo, hi, stop and last, delivered)
+                reads = {b.spec.index: self._source_read(b, hi) for b in self.inputs}
+                self.run_epoch(k, reads | raws, lo, hi, stop and last, delivered)
         finally:
             self._trace = None  # only this run is traced (not a later start())
             self.output.close()
             release(raws)
+
+    def _source_read(self, b: BoundInput, until: int | None) -> SourceRead:
+        """Input ``b`` from where its last epoch stopped (everything before the first epoch) up
+        to the first item stamped ``until`` or later."""
+        state = self._ingress.get(b.spec.index)
+        parts = (
+            state.partitions if state is not None else [PartitionState()] * len(b.spec.partitions)
+        )
+        ranges = [None if s.ended else (s.last[1] + 1 if s.last else 0, None) for s in parts]
+        return SourceRead(
+            b.adapter,
+            b.spec.index,
+            b.spec.partitions,
+            b.schema,
+            ranges,
+            b.spec.name,
+            until=until,
+            last=[s.last for s in parts],
+        )
 
     def reset_state(self) -> None:
         """The state before the first epoch."""
@@ -309,7 +344,7 @@ class Runtime:
     def run_epoch(
         self,
         k: int,
-        raws: dict[int, DataFrame],
+        raws: dict[int, DataFrame | SourceRead],
         lo: int | None,
         hi: int | None,
         stopping: bool,
@@ -317,8 +352,9 @@ class Runtime:
         as_read: Collection[int] | None = None,
     ) -> None:
         """Run epoch ``k`` (items with arrival in [lo, hi)) and deliver it unless the output
-        already has it. ``as_read``: the inputs whose raw rows are as :meth:`_read_all` read
-        them (None: all); the others had rows added. Bad input found in it (a malformed record,
+        already has it. ``raws``: per input, its raw rows (filtered to the epoch here), or the
+        read of the epoch's rows. ``as_read``: the inputs whose raw rows are as read (None:
+        all); the others had rows added. Bad input found in it (a malformed record,
         a CTI violation without a policy, an END edge without a START) delivers everything
         before the first bad item and then raises."""
         t0 = time.perf_counter()
@@ -442,12 +478,17 @@ class Runtime:
         ops = dict(self._ops)
         for b in self._order:
             raw = raws[b.spec.index]
-            if lo is not None:
-                raw = raw.filter(F.col("__arr") >= lo)
-            if hi is not None:
-                raw = raw.filter(F.col("__arr") < hi)
-            if before is not None:
-                raw = raw.filter(F.col(POS) < pos_literal(*before))
+            read = None
+            if isinstance(raw, SourceRead):  # the epoch's rows, read where the scan runs
+                read = raw if before is None else replace(raw, before=before)
+                raw = read.frame(self.spark)
+            else:
+                if lo is not None:
+                    raw = raw.filter(F.col("__arr") >= lo)
+                if hi is not None:
+                    raw = raw.filter(F.col("__arr") < hi)
+                if before is not None:
+                    raw = raw.filter(F.col(POS) < pos_literal(*before))
             if b.spec.ordering is not None:  # §7 before §3 (engine/ordering.py)
                 idx = b.spec.index
                 raw, ordering[idx] = order_epoch(
@@ -473,6 +514,7 @@ class Runtime:
                 trace,
                 # an input's partitions come in position order as read, §7 reorders them
                 b.spec.ordering is None and (as_read is None or b.spec.index in as_read),
+                read,
             )
             flows[id(b.node)] = flow
             if trace is not None:  # the input's keyed CTIs (made after trace.ingress)

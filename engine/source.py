@@ -10,7 +10,8 @@ its error, then the payload, then the item's position (``__pos``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +22,7 @@ from engine._spark import settle_worker
 from engine.errors import MalformedRecordError
 from engine.rows import POS, POS_TYPE
 
-__all__ = ["RAW_HEADER", "read_input"]
+__all__ = ["RAW_HEADER", "SourceRead", "read_input"]
 
 RAW_HEADER = [
     StructField("__kind", StringType(), False),
@@ -47,20 +48,24 @@ def raw_batches(
     start: int = 0,
     end: int | None = None,
     input_name: str | None = None,
+    last: tuple[int, int] | None = None,
+    until: int | None = None,
+    before: tuple | None = None,
 ) -> Iterator[Any]:
     """Source partition ``name`` (index ``p``) of input ``index`` as raw Arrow batches, offsets
-    ``start`` up to (not including) ``end`` (None: to its end). A malformed record ends it with
-    one BAD row (after everything before it), which the driver raises once everything before it
-    in arrival order has been delivered. So does an item out of the order the adapter contract
-    promises (offsets increasing, arrivals not decreasing): the engine relies on each partition
-    coming in position order."""
+    ``start`` up to (not including) ``end`` (None: to its end), stopping before the first item
+    stamped at or after ``until`` or positioned at or after ``before`` (None: no such stop).
+    ``last``: the (arrival, offset) of the item read before ``start``, if any. A malformed record
+    ends it with one BAD row (after everything before it), which the driver raises once
+    everything before it in arrival order has been delivered. So does an item out of the order
+    the adapter contract promises (offsets increasing, arrivals not decreasing): the engine
+    relies on each partition coming in position order."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql.pandas.types import to_arrow_schema
 
     out = to_arrow_schema(StructType(RAW_HEADER + list(payload.fields)), timezone="UTC")
-    arrival, offset = 0, start
-    last: tuple[int, int] | None = None  # the last item's (arrival, offset)
+    arrival, offset = (last[0], start) if last is not None else (0, start)
     try:
         for b in adapter.read_batches(name, start, to_arrow_schema(payload, timezone="UTC")):
             past = end is not None and b.num_rows and b.column("__off")[-1].as_py() >= end
@@ -70,7 +75,10 @@ def raw_batches(
             if input_name is not None:
                 where = f"input {input_name!r}, {where}"
             disorder = _disorder(b, where, last)
-            if disorder is not None:  # yield what comes before it, then stop there
+            stop = _stop(b, until, before, index, p)
+            if stop is not None and (disorder is None or stop <= disorder[0]):
+                b, disorder, past = b.slice(0, stop), None, True
+            elif disorder is not None:  # yield what comes before it, then stop there
                 b = b.slice(0, disorder[0])
             n = b.num_rows
             if n:
@@ -95,9 +103,33 @@ def raw_batches(
             if past:
                 return
     except MalformedRecordError as bad:
+        if before is not None and (arrival, index, offset, p, 0) >= tuple(before):
+            return
         row = {"__kind": "BAD", "__arr": arrival, "__inp": index, "__off": offset}
         row |= {"__part": p, "__error": str(bad)}
         yield pa.RecordBatch.from_pylist([row], schema=out)
+
+
+def _stop(batch: Any, until: int | None, before: tuple | None, index: int, p: int) -> int | None:
+    """The index of the batch's first item stamped at or after ``until`` or positioned at or
+    after ``before`` (partition ``p`` of input ``index``), or None."""
+    import numpy as np
+
+    if batch.num_rows == 0 or (until is None and before is None):
+        return None
+    arr = batch.column("__arr").to_numpy(zero_copy_only=False)
+    stop = np.zeros(len(arr), dtype=bool) if until is None else arr >= until
+    if before is not None:  # (arr, index, off, p, 0) >= before
+        b_arr, b_inp, b_off, b_part, b_sub = before
+        off = batch.column("__off").to_numpy(zero_copy_only=False)
+        if index != b_inp:
+            tie = np.full(len(off), index > b_inp)
+        else:
+            tail = p > b_part or (p == b_part and b_sub <= 0)
+            tie = (off > b_off) | ((off == b_off) & tail)
+        stop |= (arr > b_arr) | ((arr == b_arr) & tie)
+    hit = np.flatnonzero(stop)
+    return int(hit[0]) if hit.size else None
 
 
 def _disorder(batch: Any, where: str, last: tuple[int, int] | None) -> tuple[int, str] | None:
@@ -128,6 +160,74 @@ def _disorder(batch: Any, where: str, last: tuple[int, int] | None) -> tuple[int
 Ranges = Sequence[tuple[int, int | None] | None]
 
 
+@dataclass(frozen=True)
+class SourceRead:
+    """One read of an input on the executors (the arguments of :func:`read_input`, and where it
+    stops): ``until`` and ``before`` as :func:`raw_batches` takes them, ``last`` per source
+    partition the (arrival, offset) of the item before its range's start, or None.
+
+    :meth:`frame` is the read as a DataFrame; :meth:`map` runs a function over its batches in
+    the same Python task, so the rows go from the source to that function without a round trip
+    through the JVM (ingress's scan, :mod:`engine.ingress`)."""
+
+    adapter: InputAdapter
+    index: int
+    partitions: list[str]
+    payload: StructType
+    ranges: Ranges | None = None
+    input_name: str | None = None
+    floor: int | None = None
+    until: int | None = None
+    before: tuple | None = None
+    last: Sequence[tuple[int, int] | None] | None = None
+
+    @property
+    def schema(self) -> StructType:
+        return StructType([*RAW_HEADER, *self.payload.fields, StructField(POS, POS_TYPE, False)])
+
+    def _chosen(self) -> list[tuple[int, int, int | None]]:
+        ranges = self.ranges if self.ranges is not None else [(0, None)] * len(self.partitions)
+        return [(p, *r) for p, r in enumerate(ranges) if r is not None]
+
+    def batches(self, spark_partitions: Iterator[Any]) -> Iterator[Any]:
+        """The raw batches, with positions, of the source partitions whose numbers
+        ``spark_partitions`` (a ``spark.range`` partition) holds (executor)."""
+        settle_worker()
+        chosen = self._chosen()
+        for b in spark_partitions:
+            for i in b.column(0).to_pylist():
+                p, start, end = chosen[i]
+                last = self.last[p] if self.last is not None else None
+                for raw in raw_batches(
+                    self.adapter,
+                    self.index,
+                    p,
+                    self.partitions[p],
+                    self.payload,
+                    start,
+                    end,
+                    self.input_name,
+                    last,
+                    self.until,
+                    self.before,
+                ):
+                    floor = self.floor
+                    yield _with_position(raw if floor is None else _raise_arrivals(raw, floor))
+
+    def map(
+        self,
+        spark: SparkSession,
+        fn: Callable[[Iterator[Any]], Iterator[Any]],
+        schema: StructType,
+    ) -> DataFrame:
+        """``fn`` over the read's batches, one Spark partition per source partition read."""
+        n = len(self._chosen())
+        return spark.range(0, n, 1, max(n, 1)).mapInArrow(lambda it: fn(self.batches(it)), schema)
+
+    def frame(self, spark: SparkSession) -> DataFrame:
+        return self.map(spark, lambda batches: batches, self.schema)
+
+
 def read_input(
     spark: SparkSession,
     adapter: InputAdapter,
@@ -152,23 +252,8 @@ def read_input(
     planner processes on the driver for each read (look the source up, create it, plan its
     partitions); starting them made a started query's first step about 5 s slower
     (``benchmarks/README.md``, session 13)."""
-    if ranges is None:
-        ranges = [(0, None)] * len(partitions)
-    chosen = [(p, *r) for p, r in enumerate(ranges) if r is not None]
-
-    def read(batches: Iterator[Any]) -> Iterator[Any]:
-        settle_worker()
-        for b in batches:
-            for i in b.column(0).to_pylist():
-                p, start, end = chosen[i]
-                for raw in raw_batches(
-                    adapter, index, p, partitions[p], payload, start, end, input_name
-                ):
-                    yield _with_position(raw if floor is None else _raise_arrivals(raw, floor))
-
-    schema = StructType([*RAW_HEADER, *payload.fields, StructField(POS, POS_TYPE, False)])
-    n = len(chosen)
-    return spark.range(0, n, 1, max(n, 1)).mapInArrow(read, schema)
+    read = SourceRead(adapter, index, partitions, payload, ranges, input_name, floor)
+    return read.frame(spark)
 
 
 def _with_position(batch: Any) -> Any:

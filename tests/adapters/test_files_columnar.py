@@ -128,3 +128,30 @@ def test_a_bad_row_is_dead_lettered_by_both_paths_alike(tmp_path, monkeypatch):
     assert fast.equals(rows_)
     assert fast.column("__off").to_pylist() == [0, 1, 2, 3, 5, 6, 7]
     assert letters.read_text().count("\n") == 2  # once per path
+
+
+@pytest.mark.parametrize("start", [2, 3, 4, 6, 8, 9])
+def test_a_read_from_an_offset_skips_row_groups_and_matches_the_row_path(
+    tmp_path, monkeypatch, start
+):
+    # Row groups of 3; row 1's arrival goes back (reported by a read from 0, not from 2 on). A
+    # read from ``start`` reads only the arrival stamps of the groups wholly before it, and the
+    # END item still carries the latest arrival of the whole file.
+    arrivals = [TICKS + 10, TICKS + 5, *(TICKS + 10 + i for i in range(1, 8))]
+    rows = [{"t": TICKS + i, "arr": a, "k": i} for i, a in enumerate(arrivals)]
+    table = pa.Table.from_pylist(
+        rows, pa.schema([("t", pa.int64()), ("arr", pa.int64()), ("k", pa.int64())])
+    )
+    read_columns = []
+    real = pq.ParquetFile.read_row_group
+
+    def spy(self, i, columns=None, **kw):
+        read_columns.append((i, columns))
+        return real(self, i, columns=columns, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+    fast, slow = both(tmp_path, monkeypatch, table, EventShape.POINT, start, arrival_column="arr")
+    assert fast.equals(slow)
+    assert fast.column("__off").to_pylist() == list(range(start, 10))
+    assert fast.column("__arr").to_pylist()[-1] == TICKS + 17  # END: the latest arrival
+    assert read_columns == [(g, ["arr"]) for g in range(min(start, 9) // 3)]

@@ -4,12 +4,24 @@ come (semantics §3 is sequential per source partition), so both properties are 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from adapters.memory import EventScript, MemoryInputAdapter, MemoryInputConfig
+from adapters.memory import (
+    EventScript,
+    MemoryInputAdapter,
+    MemoryInputConfig,
+    MemoryInputFactory,
+    MemoryOutputConfig,
+    MemoryOutputFactory,
+)
+from bindings import Stream
+from engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings
 from engine.events import EventShape, point
-from engine.source import read_input
+from engine.source import SourceRead, read_input
 
 
 def _adapter() -> MemoryInputAdapter:
@@ -46,3 +58,106 @@ def test_everything_by_default_and_nothing_when_no_partition_is_read(spark):
     assert n == 3
     assert [(sp, part) for sp, part, _, _ in rows] == [(p, p) for p in range(3) for _ in range(6)]
     assert _read(spark, [None, None, None])[1] == []
+
+
+def _taken(spark, **kw):
+    read = SourceRead(_adapter(), 0, ["a", "b", "c"], PAYLOAD, **kw)
+    rows = read.frame(spark).select("__kind", "__part", "__off", "__arr", "__error").collect()
+    return [tuple(r) for r in rows]
+
+
+def test_a_read_stops_before_the_first_item_stamped_at_or_after_until(spark):
+    # arrival stamps: partition p's offset k arrived at 3k + p
+    rows = _taken(spark, until=9)
+    assert [(p, off) for _, p, off, _, _ in rows] == [(p, k) for p in range(3) for k in range(3)]
+
+
+@pytest.mark.parametrize(
+    ("before", "b_offsets"),
+    [((7, 0, 2, 1, 0), [0, 1]), ((7, 0, 2, 1, 1), [0, 1, 2]), ((7, 1, 0, 0, 0), [0, 1, 2])],
+)
+def test_a_read_stops_before_a_position(spark, before, b_offsets):
+    # partition b's offset 2 is at position (7, 0, 2, 1, 0): before it, at it, or after it
+    rows = _taken(spark, before=before)
+    assert [off for _, p, off, _, _ in rows if p == 1] == b_offsets
+    assert [off for _, p, off, _, _ in rows if p == 0] == [0, 1, 2]  # stamped 0, 3, 6
+    assert [off for _, p, off, _, _ in rows if p == 2] == [0, 1]  # stamped 2, 5
+
+
+def test_a_read_from_an_offset_checks_arrivals_against_the_item_before_it(spark):
+    # partition a from offset 2 (stamped 6), after an item stamped 10: the adapter broke its
+    # contract, so the read ends there with the error, as within one read
+    rows = _taken(spark, ranges=[(2, None), None, None], last=[(10, 1), None, None])
+    assert len(rows) == 1
+    kind, part, off, arr, error = rows[0]
+    assert (kind, part, off, arr) == ("BAD", 0, 2, 10)
+    assert "offset 2: arrival 6 after arrival 10 at offset 1" in error
+    # a read stopped before that position does not report it
+    assert (
+        _taken(
+            spark,
+            ranges=[(2, None), None, None],
+            last=[(10, 1), None, None],
+            before=(10, 0, 2, 0, 0),
+        )
+        == []
+    )
+
+
+class _LoggedAdapter(MemoryInputAdapter):
+    """Appends each read's (partition, start offset) to the file ``log``."""
+
+    log = ""
+
+    def read(self, partition, start_offset):
+        with open(self.log, "a") as f:
+            f.write(f"{partition} {start_offset}\n")
+        yield from super().read(partition, start_offset)
+
+
+class _LoggedFactory(MemoryInputFactory):
+    def __init__(self, log):
+        self.log = str(log)
+
+    def create(self, config, shape):
+        adapter = _LoggedAdapter(config, shape)
+        adapter.log = self.log
+        return adapter
+
+
+@pytest.mark.parametrize(
+    ("epochs", "starts"),
+    [
+        ([6, 12], {"a": [0, 2, 4], "b": [0, 2, 4], "c": [0, 2, 4]}),
+        # b and c take nothing before 1, so they start from 0 again
+        ([1, 9], {"a": [0, 1, 3], "b": [0, 0, 3], "c": [0, 0, 3]}),
+        # an int cuts at quantiles, read from the start once more to find them
+        (2, None),
+    ],
+)
+def test_a_bounded_run_reads_each_epoch_from_where_the_last_one_stopped(
+    spark, app, tmp_path, epochs, starts
+):
+    # arrival stamps: partition p's offset k arrived at 3k + p; the END (offset 6) at 20
+    script = _adapter()._script
+    script.end("s", arrival=20)
+    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0)))
+    log = tmp_path / "reads.log"
+    out = []
+    for k, factory in enumerate((_LoggedFactory(log), MemoryInputFactory())):
+        config = MemoryInputConfig(script=script, schema="v long")
+        stream = Stream.create("s", factory, config, EventShape.POINT, settings)
+        sink = f"reads{k}-{epochs}"
+        output = (MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.POINT)
+        query = stream.to_query(app, sink, *output)
+        query.run(epochs=epochs if k == 0 else 1)
+        out.append(MemoryOutputFactory.collected(sink))
+    reads: dict[str, list[int]] = {}
+    for line in log.read_text().splitlines():
+        part, start = line.split()
+        reads.setdefault(part, []).append(int(start))
+    if starts is None:
+        assert all(r[:2] == [0, 0] and r == sorted(r) and len(r) == 3 for r in reads.values())
+    else:
+        assert reads == starts
+    assert out[0] == out[1] and len(out[0]) > 18
