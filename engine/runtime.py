@@ -577,12 +577,14 @@ class Runtime:
                 )
             else:  # pragma: no cover - every node type is handled above
                 raise TypeError(f"unknown plan node {node!r}")
-            if id(node) in ops:
+            if id(node) in ops and (node is not self.root or trace is not None):
                 # Operators use their inputs several times (events, CTIs, held state), so a
                 # plan that embeds its whole upstream plan grows multiplicatively with depth and
                 # Spark's analyzer runs out of memory on a few stacked joins and windows. A lazy
                 # local checkpoint makes each operator's output a leaf for the operators after it
-                # (computed once, when first used, and no extra job).
+                # (computed once, when first used, and no extra job). The root's output is
+                # used once, by egress's one job: planning its checkpoint costs more (about 80
+                # ms a frame in B1) than it saves, unless a trace reads it too.
                 flow = flows[id(node)]
                 keyed = checkpoint(flow.keyed, eager=False) if flow.keyed is not None else None
                 flows[id(node)] = Flow(
