@@ -242,13 +242,15 @@ def ingress_epoch(
     new_state.emitted = max(state.emitted, min(s.cti for s in new_state.partitions))
     if trace is not None:  # engine.trace.Trace: opt-in, records the epoch for the timeline
         trace.ingress(spec, a, events, ctis)
+    # the epoch's CTIs rise above the input's CTI before it, the last to its CTI after it
+    latest = new_state.emitted if new_state.emitted > state.emitted else MIN_TIME
     over = spec.ordering.over if spec.ordering is not None else None
     if over is None:
-        return Flow(events, ctis, spec.edges), new_state
+        return Flow(events, ctis, spec.edges, latest=latest), new_state
     candidates = cache.keep(_key_candidates(a, change, spec, state, new_state))
     keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
     new_state.key_seen = checkpoint(seen)
-    return Flow(events, ctis, spec.edges, cache.keep(keyed), over), new_state
+    return Flow(events, ctis, spec.edges, cache.keep(keyed), over, latest), new_state
 
 
 def _own(raw: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:

@@ -93,17 +93,21 @@ class Flow:
     ``keyed``: the keyed CTIs of a stream with substreams (``__pos``, ``__kk`` the key value,
     ``__c``): "no more events whose ``key`` column equals ``__kk`` start before ``__c``", or None.
     A key's CTI is the larger of the stream's latest CTI and its latest keyed one; a keyed CTI at
-    the same position as a CTI comes after it (docs/decisions.md, "Per-key CTIs")."""
+    the same position as a CTI comes after it (docs/decisions.md, "Per-key CTIs").
+
+    ``latest``: the largest of ``ctis`` as the driver knows it without a Spark job (``MIN_TIME``:
+    the epoch has no CTI), or None when only a job over ``ctis`` can tell."""
 
     events: DataFrame
     ctis: DataFrame
     edges: bool = True
     keyed: DataFrame | None = None
     key: str | None = None
+    latest: int | None = None
 
     def merged(self) -> Flow:
         """The same stream with its substreams merged: its CTIs only."""
-        return Flow(self.events, self.ctis, self.edges)
+        return Flow(self.events, self.ctis, self.edges, latest=self.latest)
 
 
 #: the local checkpoints made while a :meth:`Checkpoints.recording` block runs (in this context)

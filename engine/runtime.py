@@ -273,7 +273,10 @@ class Runtime:
         for b in self.inputs:
             raw = raws.get(b.spec.index)
             if raw is None:
-                raw = self._source_read(b, None).frame(self.spark)
+                spec = b.spec
+                raw = read_input(
+                    self.spark, b.adapter, spec.index, spec.partitions, b.schema, None, spec.name
+                )
             a = raw.select("__arr")
             arrivals = a if arrivals is None else arrivals.unionByName(a)
         assert arrivals is not None
@@ -311,10 +314,7 @@ class Runtime:
     def _source_read(self, b: BoundInput, until: int | None) -> SourceRead:
         """Input ``b`` from where its last epoch stopped (everything before the first epoch) up
         to the first item stamped ``until`` or later."""
-        state = self._ingress.get(b.spec.index)
-        parts = (
-            state.partitions if state is not None else [PartitionState()] * len(b.spec.partitions)
-        )
+        parts = self._ingress[b.spec.index].partitions
         ranges = [None if s.ended else (s.last[1] + 1 if s.last else 0, None) for s in parts]
         return SourceRead(
             b.adapter,
@@ -593,6 +593,7 @@ class Runtime:
                     flow.edges,
                     keyed,
                     flow.key,
+                    flow.latest,
                 )
                 if trace is not None:
                     trace.operator(node, flows[id(node)])

@@ -106,6 +106,7 @@ class WindowState:
     #: whether this operator keeps partial aggregates (decided at its first epoch)
     partial: bool | None = None
     last: int = MIN_TIME
+    #: the latest time seen (not kept where no open edge can need it, see :func:`_stats`)
     latest: int = MIN_TIME
     emitted: int = MIN_TIME
     #: substreams: per key (``__kk``) the largest keyed input CTI (``__c``)
@@ -168,24 +169,7 @@ def window_aggregate(
             events = events.withColumn("__lk", F.lit(None).cast("long"))
     events = cache.keep(events)
 
-    # One small job: the epoch's last and last finite input CTI, and the latest time seen.
-    none = "CAST(NULL AS BIGINT)"
-    found = (
-        flow.ctis.selectExpr(
-            f"max({CTI}) AS c",
-            f"max(CASE WHEN {CTI} < {MAX_TIME} THEN {CTI} END) AS f",
-            none + " AS m",
-        )
-        .unionByName(
-            events.selectExpr(
-                none + " AS c",
-                none + " AS f",
-                f"max(CASE WHEN {_OPEN} THEN {START} ELSE greatest({START}, {END} - 1) END) AS m",
-            )
-        )
-        .collect()
-    )
-    stats = {k: max((r[k] for r in found if r[k] is not None), default=None) for k in "cfm"}
+    stats = _stats(flow, events, merging)
     latest = max(state.latest, stats["m"] if stats["m"] is not None else MIN_TIME)
     c_last = stats["c"] if stats["c"] is not None else state.last
 
@@ -246,7 +230,7 @@ def window_aggregate(
     new_state = WindowState(
         held, partials, merging, c_last, latest, max(state.emitted, pulled), key_last
     )
-    out = Flow(results, out_ctis, False)
+    out = Flow(results, out_ctis, False, latest=pulled if pulled > state.emitted else MIN_TIME)
     if keyed is None:
         return out, new_state
     candidates = keyed.selectExpr(POS, KEY, f"{spec.pulled_sql(CTI)} AS {CTI}")
@@ -256,6 +240,35 @@ def window_aggregate(
         seen = state.key_last.selectExpr(KEY, f"{spec.pulled_sql(CTI)} AS {CTI}")
     out_keyed, _ = keyed_rises(candidates, out_ctis, state.emitted, seen)
     return replace(out, keyed=cache.keep(out_keyed), key=key), new_state
+
+
+def _stats(flow: Flow, events: DataFrame, merging: bool) -> dict[str, int | None]:
+    """The epoch's last (``c``) and last finite (``f``) input CTI, and the latest time of its
+    events (``m``: where an open edge's windows end once the CTI is +inf), None where there is
+    none. One small job, unless the flow's CTIs are known on the driver (:attr:`Flow.latest`)
+    and below +inf, and no event can be an open edge whose windows the latest time bounds
+    (partial aggregates of a stream without edges)."""
+    c = flow.latest
+    if c is not None and c < MAX_TIME and merging and not flow.edges:
+        known = c if c != MIN_TIME else None
+        return {"c": known, "f": known, "m": None}
+    none = "CAST(NULL AS BIGINT)"
+    found = (
+        flow.ctis.selectExpr(
+            f"max({CTI}) AS c",
+            f"max(CASE WHEN {CTI} < {MAX_TIME} THEN {CTI} END) AS f",
+            none + " AS m",
+        )
+        .unionByName(
+            events.selectExpr(
+                none + " AS c",
+                none + " AS f",
+                f"max(CASE WHEN {_OPEN} THEN {START} ELSE greatest({START}, {END} - 1) END) AS m",
+            )
+        )
+        .collect()
+    )
+    return {k: max((r[k] for r in found if r[k] is not None), default=None) for k in "cfm"}
 
 
 @dataclass(frozen=True)

@@ -143,21 +143,28 @@ def test_a_bounded_run_reads_each_epoch_from_where_the_last_one_stopped(
     script.end("s", arrival=20)
     settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0)))
     log = tmp_path / "reads.log"
-    out = []
+    out, queries = [], []
     for k, factory in enumerate((_LoggedFactory(log), MemoryInputFactory())):
         config = MemoryInputConfig(script=script, schema="v long")
         stream = Stream.create("s", factory, config, EventShape.POINT, settings)
         sink = f"reads{k}-{epochs}"
         output = (MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.POINT)
-        query = stream.to_query(app, sink, *output)
-        query.run(epochs=epochs if k == 0 else 1)
+        queries.append(stream.to_query(app, sink, *output))
+        queries[-1].run(epochs=epochs if k == 0 else 1)
         out.append(MemoryOutputFactory.collected(sink))
-    reads: dict[str, list[int]] = {}
-    for line in log.read_text().splitlines():
-        part, start = line.split()
-        reads.setdefault(part, []).append(int(start))
+
+    def reads() -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for line in log.read_text().splitlines():
+            part, start = line.split()
+            found.setdefault(part, []).append(int(start))
+        return found
+
+    first = reads()
     if starts is None:
-        assert all(r[:2] == [0, 0] and r == sorted(r) and len(r) == 3 for r in reads.values())
+        assert all(r[:2] == [0, 0] and r == sorted(r) and len(r) == 3 for r in first.values())
     else:
-        assert reads == starts
+        assert first == starts
     assert out[0] == out[1] and len(out[0]) > 18
+    queries[0].run(epochs=epochs)  # the same query again reads the same ranges again
+    assert reads() == {p: r + r for p, r in first.items()}
