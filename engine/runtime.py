@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from adapters.base import InputAdapter, OutputAdapter
-from engine._spark import parse_schema
+from engine._spark import collect_driver_garbage, parse_schema
 from engine.egress import EgressState, egress_epoch
 from engine.errors import QueryBuildError
 from engine.events import EventShape
@@ -385,6 +385,7 @@ class Runtime:
             format_ticks(cti),
             extra={"ctistream": fields},
         )
+        collect_driver_garbage()
         if self.progress is not None:
             total = f"/{self.progress}" if self.progress else ""
             print(
