@@ -106,7 +106,7 @@ class WindowState:
     #: whether this operator keeps partial aggregates (decided at its first epoch)
     partial: bool | None = None
     last: int = MIN_TIME
-    #: the latest time seen (not kept where no open edge can need it, see :func:`_stats`)
+    #: the latest time seen (not kept where no open edge can need it, see :func:`_known_stats`)
     latest: int = MIN_TIME
     emitted: int = MIN_TIME
     #: substreams: per key (``__kk``) the largest keyed input CTI (``__c``)
@@ -167,9 +167,11 @@ def window_aggregate(
             events = events.join(last_before.withColumnRenamed(KEY, key), key, "left")
         else:
             events = events.withColumn("__lk", F.lit(None).cast("long"))
-    events = cache.keep(events)
+    known = _known_stats(flow, merging)
+    if known is None or flow.edges or not merging:  # events read more than once
+        events = cache.keep(events)
 
-    stats = _stats(flow, events, merging)
+    stats = known if known is not None else _stats(flow, events)
     latest = max(state.latest, stats["m"] if stats["m"] is not None else MIN_TIME)
     c_last = stats["c"] if stats["c"] is not None else state.last
 
@@ -242,16 +244,21 @@ def window_aggregate(
     return replace(out, keyed=cache.keep(out_keyed), key=key), new_state
 
 
-def _stats(flow: Flow, events: DataFrame, merging: bool) -> dict[str, int | None]:
+def _known_stats(flow: Flow, merging: bool) -> dict[str, int | None] | None:
+    """:func:`_stats` without a job, where the driver knows them: the flow's CTIs are known
+    (:attr:`Flow.latest`) and below +inf, and no event can be an open edge whose windows the
+    latest time bounds (partial aggregates of a stream without edges); else None."""
+    c = flow.latest
+    if c is None or c == MAX_TIME or not merging or flow.edges:
+        return None
+    known = c if c != MIN_TIME else None
+    return {"c": known, "f": known, "m": None}
+
+
+def _stats(flow: Flow, events: DataFrame) -> dict[str, int | None]:
     """The epoch's last (``c``) and last finite (``f``) input CTI, and the latest time of its
     events (``m``: where an open edge's windows end once the CTI is +inf), None where there is
-    none. One small job, unless the flow's CTIs are known on the driver (:attr:`Flow.latest`)
-    and below +inf, and no event can be an open edge whose windows the latest time bounds
-    (partial aggregates of a stream without edges)."""
-    c = flow.latest
-    if c is not None and c < MAX_TIME and merging and not flow.edges:
-        known = c if c != MIN_TIME else None
-        return {"c": known, "f": known, "m": None}
+    none: one small job."""
     none = "CAST(NULL AS BIGINT)"
     found = (
         flow.ctis.selectExpr(
