@@ -17,8 +17,9 @@ computes what the spec describes item by item with running counts and maxima in 
 Then, in Spark: END edges matched to their START edges (FIFO per original start and payload), and
 the input's CTI = min over partitions (:func:`engine.rows.min_of_latest`).
 
-Per-partition state (count, max start, period, CTI) is carried between epochs on the driver: a
-handful of numbers per partition, handed to the scan. Open START edges are carried as a DataFrame.
+Per-partition state (count, max start, period, CTI, and the last item taken: where a bounded run's
+next read starts) is carried between epochs on the driver: a handful of numbers per partition,
+handed to the scan. Open START edges are carried as a DataFrame.
 """
 
 from __future__ import annotations
@@ -468,7 +469,7 @@ _COUNTS = [
 ]
 
 
-#: the arrival and offset of the partition's last own item of the epoch (null if it had none)
+#: the arrival and offset of the partition's last own item of the epoch (null if it had none),
 #: and 1 if that item was its end (EOI), else 0
 _LAST = ["arrival", "offset", "ended"]
 
