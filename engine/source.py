@@ -76,7 +76,7 @@ def raw_batches(
                 where = f"input {input_name!r}, {where}"
             disorder = _disorder(b, where, last)
             stop = _stop(b, until, before, index, p)
-            if stop is not None and (disorder is None or stop <= disorder[0]):
+            if stop is not None and (disorder is None or stop < disorder[0]):
                 b, disorder, past = b.slice(0, stop), None, True
             elif disorder is not None:  # yield what comes before it, then stop there
                 b = b.slice(0, disorder[0])

@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from adapters.base import ItemKind, SourceItem
 from adapters.memory import (
     EventScript,
     MemoryInputAdapter,
@@ -168,3 +169,26 @@ def test_a_bounded_run_reads_each_epoch_from_where_the_last_one_stopped(
     assert out[0] == out[1] and len(out[0]) > 18
     queries[0].run(epochs=epochs)  # the same query again reads the same ranges again
     assert reads() == {p: r + r for p, r in first.items()}
+
+
+class _RepeatedOffset(MemoryInputAdapter):
+    """Offsets 0, 1, 1, 2 stamped 10, 20, 30, 40: the third item breaks the contract."""
+
+    def partitions(self):
+        return ["p"]
+
+    def read(self, partition, start_offset):
+        for off, arr in ((0, 10), (1, 20), (1, 30), (2, 40)):
+            if off >= start_offset:
+                yield SourceItem(ItemKind.EVENT, off, arr, point(arr, {"v": off}))
+
+
+def test_an_item_out_of_order_at_a_cut_is_reported_in_the_epoch_before_it(spark):
+    # as a read of everything does: the error row right after the last item in order
+    adapter = _RepeatedOffset(
+        MemoryInputConfig(script=EventScript(), schema="v long"), EventShape.POINT
+    )
+    for until in (None, 25):
+        read = SourceRead(adapter, 0, ["p"], PAYLOAD, until=until)
+        rows = read.frame(spark).select("__kind", "__off", "__arr").collect()
+        assert [tuple(r) for r in rows] == [("INSERT", 0, 10), ("INSERT", 1, 20), ("BAD", 2, 20)]
