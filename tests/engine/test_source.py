@@ -132,6 +132,8 @@ class _LoggedFactory(MemoryInputFactory):
         ([6, 12], {"a": [0, 2, 4], "b": [0, 2, 4], "c": [0, 2, 4]}),
         # b and c take nothing before 1, so they start from 0 again
         ([1, 9], {"a": [0, 1, 3], "b": [0, 0, 3], "c": [0, 0, 3]}),
+        # every partition's END (stamped 20) is taken before the last epoch: none read again
+        ([6, 12, 21], {"a": [0, 2, 4], "b": [0, 2, 4], "c": [0, 2, 4]}),
         # an int cuts at quantiles, read from the start once more to find them
         (2, None),
     ],
