@@ -48,6 +48,7 @@ what the factory declares.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -112,6 +113,13 @@ class InputAdapter(ABC):
 
     #: True when every partition ends (files, scripts); False for brokers.
     bounded: ClassVar[bool] = True
+    #: False when a read from an offset cannot seek there but replays the source from its start
+    #: (a push source): a bounded run then reads the input once and keeps it, where it would
+    #: otherwise read each epoch from where the last one stopped.
+    seekable: ClassVar[bool] = True
+    #: False on the copy :meth:`without_side_effects` returns: :meth:`read` then writes no dead
+    #: letters (nor anything else).
+    side_effects: bool = True
 
     @abstractmethod
     def partitions(self) -> Sequence[str]:
@@ -127,6 +135,15 @@ class InputAdapter(ABC):
     def bound_as(self, name: str) -> None:  # noqa: B027 - optional hook
         """Called once on the driver with the name the input is bound under, before
         :meth:`partitions`. The default does nothing."""
+
+    def without_side_effects(self) -> InputAdapter:
+        """A copy of this adapter for the reads the engine makes only to look at arrival stamps
+        (the quantiles a bounded run is cut at when ``run(epochs=N)``): it reads the same items
+        but has :attr:`side_effects` False, so a malformed record it skips is not dead-lettered
+        again by that read. Adapters that write anywhere while reading check the flag."""
+        quiet = copy.copy(self)
+        quiet.side_effects = False
+        return quiet
 
     @abstractmethod
     def payload_schema(self) -> str | None:
@@ -145,7 +162,7 @@ class InputAdapter(ABC):
         """
 
     def read_batches(
-        self, partition: str, start_offset: int, payload: pa.Schema
+        self, partition: str, start_offset: int, payload: pa.Schema, until: int | None = None
     ) -> Iterator[pa.RecordBatch]:
         """The items of :meth:`read`, as Arrow record batches (executor): the engine's read path.
 
@@ -154,7 +171,9 @@ class InputAdapter(ABC):
         ``__start``; null for END items), ``__arr`` and ``__off`` (int64), then the columns of
         ``payload`` (the Arrow form of :meth:`payload_schema`). The same rules as :meth:`read`
         apply; a :class:`engine.errors.MalformedRecordError` raised by the iterator stops the
-        input after the rows already yielded.
+        input after the rows already yielded. ``until``: an arrival stamp, or None; the engine
+        takes nothing from the first item stamped at or after it on, so the read may end with
+        that item, and should not read past it where reading has side effects (dead letters).
 
         The default converts :meth:`read` in batches. Adapters whose source is columnar (Parquet,
         Arrow IPC, a broker's record batches) override it so no Python object is made per item.
@@ -195,6 +214,8 @@ class InputAdapter(ABC):
                     values = (ev.payload.get(k) for k in names)
                     head = (item.kind.value, edge, ev.start, ev.end, item.arrival, item.offset)
                     rows.append((*head, *values))
+                if until is not None and item.arrival >= until:
+                    break
                 if len(rows) >= BATCH_ROWS:
                     yield flush()
         except MalformedRecordError:

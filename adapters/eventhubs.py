@@ -54,9 +54,9 @@ event's body is one item::
   ``ctistream-source-sequence-number``; partition key = the source partition, so the letters of
   one partition stay in order) and reading goes on. A dead-letter *hub* rather than a file: reads
   run on executors, which share no file system on a cluster, while the hub is already reachable
-  and as durable as the source (the Kafka adapter does the same with a topic). Dead letters are
-  at-least-once: a replayed read sends them again; deduplicate by (source hub, partition,
-  sequence number).
+  and as durable as the source (the Kafka adapter does the same with a topic). A run sends each
+  letter once however it is cut into epochs; dead letters are at-least-once: a replayed read
+  sends them again; deduplicate by (source hub, partition, sequence number).
 
 **Output.** :class:`EventHubOutputFactory` makes an :class:`EventHubOutputAdapter` that sends
 each committed event as one JSON body ``{"start", "end", "edge", <payload fields>}`` (times
@@ -692,9 +692,10 @@ class EventHubInputAdapter(InputAdapter):
                             message = self._message(partition, event, bad)
                             if cfg.dead_letter_eventhub is None:
                                 raise MalformedRecordError(message + _DEAD_LETTER_HINT) from None
-                            if dead is None:
+                            if dead is None and self.side_effects:
                                 dead = _DeadLetters(cfg)
-                            dead.send(partition, event, message)
+                            if dead is not None:
+                                dead.send(partition, event, message)
                             continue
                         yield item
                     return

@@ -43,8 +43,10 @@ absolute path, partitions in sorted order. Each row of a file is one item::
   1-based line (row, for Parquet), the offset, what was expected, what was got and the fix. The
   reader is a generator, so every item before the bad record has been yielded first. With
   ``dead_letter_path`` the record is appended there instead, as one JSON line
-  ``{"file", "line", "record", "error"}``, and reading goes on. Dead letters are at-least-once: an
-  epoch that is replayed writes its dead letters again; deduplicate by ``(file, line)``. Problems
+  ``{"file", "line", "record", "error"}``, and reading goes on. Each epoch's read stops at its
+  cut and the next starts where it stopped, so a run writes each letter once however it is cut;
+  dead letters are still at-least-once: an epoch that is replayed (a restart) writes its dead
+  letters again; deduplicate by ``(file, line)``. Problems
   that make the rest of a file unreadable (a CSV syntax error, undecodable CSV text) always raise.
 
 **Output.** :class:`FileOutputFactory` makes a :class:`FileOutputAdapter` that appends each epoch's
@@ -515,7 +517,8 @@ class FileInputAdapter(InputAdapter):
                     )
                     if cfg.dead_letter_path is None:
                         raise MalformedRecordError(message) from None
-                    self._dead_letter(partition, row, message)
+                    if self.side_effects:
+                        self._dead_letter(partition, row, message)
                     continue
                 yield item
         finally:
@@ -525,15 +528,18 @@ class FileInputAdapter(InputAdapter):
             end_arrival = n if arrival_column is None else (high if high is not None else 0)
             yield SourceItem(ItemKind.END, n, end_arrival)
 
-    def read_batches(self, partition: str, start_offset: int, payload: Any) -> Iterator[Any]:
-        """:meth:`read` as Arrow batches. Parquet files are read column by column, with no Python
-        object per row, while every row is well-formed and every column has the type the row
-        path would accept without conversion (timestamps with a zone or int64 ticks, a boolean
-        CTI flag, a string edge column, payload columns of the schema's exact types); from the
-        first batch where that does not hold, the rest of the file goes through :meth:`read`,
-        so errors, dead letters and offsets are exactly the same."""
+    def read_batches(
+        self, partition: str, start_offset: int, payload: Any, until: int | None = None
+    ) -> Iterator[Any]:
+        """:meth:`read` as Arrow batches (``until`` as the base class takes it). Parquet files
+        are read column by column, with no Python object per row, while every row is
+        well-formed and every column has the type the row path would accept without conversion
+        (timestamps with a zone or int64 ticks, a boolean CTI flag, a string edge column,
+        payload columns of the schema's exact types); from the first batch where that does not
+        hold, the rest of the file goes through :meth:`read`, so errors, dead letters and
+        offsets are exactly the same."""
         if self._format_of(partition) != "parquet":
-            yield from super().read_batches(partition, start_offset, payload)
+            yield from super().read_batches(partition, start_offset, payload, until)
             return
         import pyarrow.parquet as pq
 
@@ -561,12 +567,14 @@ class FileInputAdapter(InputAdapter):
                     n = batch.num_rows
                     if index + n > start_offset:
                         yield out.slice(max(0, start_offset - index))
+                        if until is not None and out.column("__arr")[n - 1].as_py() >= until:
+                            return  # the engine takes nothing from here on
                     index += n
                 else:
                     if index >= start_offset:
                         yield self._end_batch(index, high, payload)
                     return
-            yield from super().read_batches(partition, max(index, start_offset), payload)
+            yield from super().read_batches(partition, max(index, start_offset), payload, until)
         finally:
             pf.close()
 

@@ -52,8 +52,9 @@ offset. Each record is one item::
   before the bad record has been yielded first, and the engine processes and delivers them before
   it raises. With ``dead_letter_topic`` the record is written there instead (same key and value,
   its headers plus ``ctistream-error``, ``ctistream-source-topic``, ``ctistream-source-partition``
-  and ``ctistream-source-offset``) and reading goes on. Dead letters are at-least-once: a replayed
-  read writes them again; deduplicate by (source topic, partition, offset).
+  and ``ctistream-source-offset``) and reading goes on. A run writes each letter once however it is
+  cut into epochs; dead letters are at-least-once: a replayed read writes them again; deduplicate
+  by (source topic, partition, offset).
 
 **Output.** :class:`KafkaOutputFactory` makes a :class:`KafkaOutputAdapter` that writes each
 committed event as one JSON record ``{"start", "end", "edge", <payload fields>}`` (times in the
@@ -771,9 +772,10 @@ class KafkaInputAdapter(InputAdapter):
                             message = self._message(record, bad, cfg.dead_letter_topic is None)
                             if cfg.dead_letter_topic is None:
                                 raise MalformedRecordError(message) from None
-                            if dead is None:
+                            if dead is None and self.side_effects:
                                 dead = _DeadLetters(cfg)
-                            dead.send(record, message)
+                            if dead is not None:
+                                dead.send(record, message)
                             next_offset = record.offset + 1
                             continue
                         next_offset = record.offset + 1

@@ -75,10 +75,12 @@ When the buffer has been drained and the adapter has called ``ready()``, the eng
 
 Replay, honestly. A push source cannot seek: each time the engine reads the input (each
 ``query.run()``, and any re-read of the partition), it makes a new push adapter and reads it from
-the start, skipping items before the offset it needs. The output is repeatable only if the adapter
-is deterministic given its configuration: reading a file, a table, a list. An adapter over a live
-feed (a socket, a device) will produce different items when re-read; such sources belong behind a
-broker (``adapters.kafka``), which keeps offsets.
+the start, skipping items before the offset it needs. So a bounded run reads it once, however it
+is cut into epochs, and keeps what it read until the run ends (``seekable`` is False). The
+output is repeatable only if the adapter is deterministic given its configuration: reading a
+file, a table, a list. An adapter over a live feed (a socket, a device) will produce different
+items when re-read; such sources belong behind a broker (``adapters.kafka``), which keeps
+offsets.
 
 Output adapters. StreamInsight output adapters dequeue (``Dequeue`` until ``Empty``, then
 ``Ready()`` and wait for ``Resume()``). Here an :class:`~adapters.base.OutputAdapter` is handed
@@ -462,6 +464,8 @@ class PushInputSource(InputAdapter):
     :meth:`PushInputAdapterFactory.create`; holds the factory, config and shape only, and makes
     the push adapter inside :meth:`read` (on the executor), driving it as the module docstring
     describes."""
+
+    seekable = False
 
     def __init__(
         self, factory: PushInputAdapterFactory[Any], config: Any, shape: EventShape

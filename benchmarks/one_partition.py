@@ -47,9 +47,11 @@ class OnePartitionFileAdapter(FileInputAdapter):
                     yield SourceItem(item.kind, base + item.offset, item.arrival, item.event)
         yield SourceItem(ItemKind.END, base, arrival)
 
-    def read_batches(self, partition: str, start_offset: int, payload: Any) -> Iterator[Any]:
+    def read_batches(
+        self, partition: str, start_offset: int, payload: Any, until: Any = None
+    ) -> Iterator[Any]:
         if partition != ALL:
-            yield from super().read_batches(partition, start_offset, payload)
+            yield from super().read_batches(partition, start_offset, payload, until)
             return
         base, end = 0, None
         paths = self._paths()

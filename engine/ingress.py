@@ -102,10 +102,11 @@ class PartitionState:
     max_start: int | None = None
     period: int | None = None
     cti: int = MIN_TIME
-    #: the (arrival, offset) of the last item taken and whether it was the partition's end: where
-    #: a bounded run's next epoch reads from (:class:`engine.source.SourceRead`)
+    #: the (arrival, offset) of the last item taken, whether it was the partition's end, and
+    #: the offset a bounded run's next epoch reads from (:class:`engine.source.SourceRead`)
     last: tuple[int, int] | None = None
     ended: bool = False
+    next: int = 0
 
 
 @dataclass
@@ -340,6 +341,8 @@ def _collect_state(
             arrival = last if arrival is None else max(arrival, last)
             s.last = (last, summary["offset"])
             s.ended = bool(summary["ended"])
+        if summary["next"] is not None:
+            s.next = summary["next"]
     new = IngressState(parts, state.emitted, state.open_edges, counts, arrival=arrival)
     return new, first, bad
 
@@ -470,8 +473,9 @@ _COUNTS = [
 
 
 #: the arrival and offset of the partition's last own item of the epoch (null if it had none),
-#: and 1 if that item was its end (EOI), else 0
-_LAST = ["arrival", "offset", "ended"]
+#: 1 if that item was its end (EOI), else 0, and the offset the next read starts from (null if
+#: the epoch read nothing)
+_LAST = ["arrival", "offset", "ended", "next"]
 
 
 def _sequenced_schema(schema: StructType) -> StructType:
@@ -530,12 +534,21 @@ def _sequencer(
                 carried["part"] = part["min"]
                 totals = dict.fromkeys(_COUNTS, 0)
                 firsts: dict[str, Any] = {"first_violation": None, "first_bad": None}
-                last: list[Any] = [None, None, 0]
+                last: list[Any] = [None, None, 0, None]
             if part["min"] != carried["part"] or part["max"] != carried["part"]:
                 raise RuntimeError(
                     f"ingress scan: rows of source partitions {part} in the scan of partition "
                     f"{carried['part']}; expected one partition's rows only (engine bug)"
                 )
+            kept = [i for i, name in enumerate(b.schema.names) if name != _SRC]
+            schema = pa.schema([b.schema.field(i) for i in kept])
+            stop = _flags(pc.equal(b.column(KIND), "STOP"))
+            if stop.any():  # where the read stopped (engine.source.raw_batches): not an item
+                last[3] = int(b.column(POS).field("off")[int(np.argmax(stop))].as_py())
+                b = b.filter(pa.array(~stop))
+                n = b.num_rows
+                if n == 0:
+                    continue
             pos = b.column(POS)
             carried["pos"] = _check_order(pos, carried["pos"])
             kind = b.column(KIND)
@@ -614,7 +627,7 @@ def _sequencer(
                     firsts[k] = pos.take([int(np.argmax(mask))])
             if not bcast.all():  # the partition's last own item (positions increase)
                 i = int(np.flatnonzero(~bcast)[-1])
-                last = [int(pos.field(k)[i].as_py()) for k in ("arr", "off")] + [int(eoi[i])]
+                last[:3] = [int(pos.field(k)[i].as_py()) for k in ("arr", "off")] + [int(eoi[i])]
             columns = {
                 "__cb": pa.array(cb),
                 "__ca": pa.array(ca),
@@ -623,13 +636,13 @@ def _sequencer(
                 "__drop": pa.array(viol & ~adj),
                 _SUM: pa.nulls(n, _summary_type(pos.type)),
             }
-            kept = [i for i, name in enumerate(b.schema.names) if name != _SRC]
-            schema = pa.schema([b.schema.field(i) for i in kept])
             yield pa.RecordBatch.from_arrays(
                 [*(b.column(i) for i in kept), *columns.values()], names=[*schema.names, *columns]
             )
         if carried is None:
             return
+        if last[3] is None and last[1] is not None:
+            last[3] = last[1] + 1
         row = {f.name: pa.nulls(1, f.type) for f in schema}
         row[KIND] = pa.array(["STATE"], schema.field(KIND).type)
         row[_P] = pa.array([carried["part"]], schema.field(_P).type)

@@ -272,10 +272,10 @@ class Runtime:
         arrivals = None
         for b in self.inputs:
             raw = raws.get(b.spec.index)
-            if raw is None:
-                spec = b.spec
+            if raw is None:  # a read for its stamps: no dead letters (the epochs write them)
+                spec, adapter = b.spec, b.adapter.without_side_effects()
                 raw = read_input(
-                    self.spark, b.adapter, spec.index, spec.partitions, b.schema, None, spec.name
+                    self.spark, adapter, spec.index, spec.partitions, b.schema, None, spec.name
                 )
             a = raw.select("__arr")
             arrivals = a if arrivals is None else arrivals.unionByName(a)
@@ -293,8 +293,9 @@ class Runtime:
         # Inputs are read epoch by epoch, each epoch from where the last one stopped up to its
         # cut, in the Python task of ingress's scan. An input with §7 ordering is read whole
         # once and kept (its ingress does not see every item read, so it cannot tell where
-        # the next epoch starts)
-        raws = self._read_all(inputs=[b for b in self.inputs if b.spec.ordering is not None])
+        # the next epoch starts), and so is one that cannot seek (each read replays it)
+        whole = [b for b in self.inputs if b.spec.ordering is not None or not b.adapter.seekable]
+        raws = self._read_all(inputs=whole)
         cuts = self._cuts(raws, epochs)
         bounds = list(zip([None, *cuts], [*cuts, None], strict=True))
         if self.progress is not None:
@@ -315,7 +316,7 @@ class Runtime:
         """Input ``b`` from where its last epoch stopped (everything before the first epoch) up
         to the first item stamped ``until`` or later."""
         parts = self._ingress[b.spec.index].partitions
-        ranges = [None if s.ended else (s.last[1] + 1 if s.last else 0, None) for s in parts]
+        ranges = [None if s.ended else (s.next, None) for s in parts]
         return SourceRead(
             b.adapter,
             b.spec.index,

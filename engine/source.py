@@ -55,7 +55,9 @@ def raw_batches(
     """Source partition ``name`` (index ``p``) of input ``index`` as raw Arrow batches, offsets
     ``start`` up to (not including) ``end`` (None: to its end), stopping before the first item
     stamped at or after ``until`` or positioned at or after ``before`` (None: no such stop).
-    ``last``: the (arrival, offset) of the item read before ``start``, if any. A malformed record
+    ``last``: the (arrival, offset) of the item read before ``start``, if any. Where it stops
+    before an item, a last ``STOP`` row holds that item's arrival and offset: the next read
+    starts there, after everything this one passed over (dead letters). A malformed record
     ends it with one BAD row (after everything before it), which the driver raises once
     everything before it in arrival order has been delivered. So does an item out of the order
     the adapter contract promises (offsets increasing, arrivals not decreasing): the engine
@@ -67,7 +69,8 @@ def raw_batches(
     out = to_arrow_schema(StructType(RAW_HEADER + list(payload.fields)), timezone="UTC")
     arrival, offset = (last[0], start) if last is not None else (0, start)
     try:
-        for b in adapter.read_batches(name, start, to_arrow_schema(payload, timezone="UTC")):
+        arrow_payload = to_arrow_schema(payload, timezone="UTC")
+        for b in adapter.read_batches(name, start, arrow_payload, until):
             past = end is not None and b.num_rows and b.column("__off")[-1].as_py() >= end
             if past:
                 b = b.filter(pc.less(b.column("__off"), end))
@@ -76,7 +79,9 @@ def raw_batches(
                 where = f"input {input_name!r}, {where}"
             disorder = _disorder(b, where, last)
             stop = _stop(b, until, before, index, p)
+            resume = None
             if stop is not None and (disorder is None or stop < disorder[0]):
+                resume = b.slice(stop, 1)
                 b, disorder, past = b.slice(0, stop), None, True
             elif disorder is not None:  # yield what comes before it, then stop there
                 b = b.slice(0, disorder[0])
@@ -100,6 +105,10 @@ def raw_batches(
                 last = (arrival, offset - 1)
             if disorder is not None:
                 raise MalformedRecordError(disorder[1])
+            if resume is not None:  # the first item not taken: where the next read starts
+                row = {"__kind": "STOP", "__inp": index, "__part": p}
+                row |= {k: resume.column(k)[0].as_py() for k in ("__arr", "__off")}
+                yield pa.RecordBatch.from_pylist([row], schema=out)
             if past:
                 return
     except MalformedRecordError as bad:

@@ -107,23 +107,33 @@ def test_a_malformed_record_stops_the_run_after_delivering_everything_before_it(
     ]
 
 
-def test_with_a_dead_letter_file_malformed_records_are_set_aside(app, tmp_path):
-    write_jsonl(
-        tmp_path / "in.jsonl",
-        [{"ts": iso(1), "v": 1}, {"ts": "2026-01-01T00:00:02", "v": 2}, {"ts": iso(4), "v": 4}],
-    )
+# arrival stamps are line offsets: cut before offset 2 (malformed; the first item after it is at
+# offset 3) and before offset 6 (the second of two malformed lines before the item at offset 7)
+@pytest.mark.parametrize("epochs", [1, [2, 6], [3, 7], 3])
+def test_with_a_dead_letter_file_malformed_records_are_set_aside_once(app, tmp_path, epochs):
+    naive = {"ts": "2026-01-01T00:00:02", "v": 2}
+    rows = [{"ts": iso(s), "v": s} for s in range(9)]
+    rows[2], rows[5], rows[6] = naive, '{"ts": broken', naive
+    write_jsonl(tmp_path / "in.jsonl", rows)
     dead = tmp_path / "dead.jsonl"
     config = FileInputConfig(
         path=str(tmp_path / "in.jsonl"),
         time_column="ts",
+        schema="v long",
         advance_time=EVERY_EVENT,
         dead_letter_path=str(dead),
     )
     out = tmp_path / "out.jsonl"
-    run(app, "dead", config, out)
-    assert [r[2] for r in read_output(out) if r[0] == "INSERT"] == [{"v": 1}, {"v": 4}]
+    run(app, "dead", config, out, epochs)
+    inserted = [r[2]["v"] for r in read_output(out) if r[0] == "INSERT"]
+    assert inserted == [0, 1, 3, 4, 7, 8]
+    # each malformed line once, however the run is cut into epochs
     letters = [json.loads(line) for line in dead.read_text().splitlines()]
-    assert [(x["line"], "naive" in x["error"]) for x in letters] == [(2, True)]
+    assert [(x["line"], "naive" in x["error"]) for x in letters] == [
+        (3, True),
+        (6, False),
+        (7, True),
+    ]
 
 
 @pytest.mark.parametrize("second", ["malformed", "violation"])

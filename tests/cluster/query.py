@@ -163,7 +163,7 @@ class MarkingFileInputAdapter(FileInputAdapter):
         super().__init__(config, shape)
         self._markers = markers
 
-    def read_batches(self, partition: str, start_offset: int, payload: Any):
+    def read_batches(self, partition: str, start_offset: int, payload: Any, until: Any = None):
         import socket
         import uuid
 
@@ -172,7 +172,7 @@ class MarkingFileInputAdapter(FileInputAdapter):
         path = os.path.join(self._markers, f"{uuid.uuid4().hex}.json")
         with open(path, "w") as f:
             json.dump(marker, f)
-        yield from super().read_batches(partition, start_offset, payload)
+        yield from super().read_batches(partition, start_offset, payload, until)
 
 
 class MarkingFileInputFactory(FileInputFactory):

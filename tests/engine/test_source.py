@@ -61,16 +61,26 @@ def test_everything_by_default_and_nothing_when_no_partition_is_read(spark):
     assert _read(spark, [None, None, None])[1] == []
 
 
-def _taken(spark, **kw):
+def _taken(spark, stops=None, **kw):
+    """The read's rows but its STOP rows, which go to ``stops`` (a list) if given."""
     read = SourceRead(_adapter(), 0, ["a", "b", "c"], PAYLOAD, **kw)
     rows = read.frame(spark).select("__kind", "__part", "__off", "__arr", "__error").collect()
-    return [tuple(r) for r in rows]
+    if stops is not None:
+        stops.extend((p, off, arr) for kind, p, off, arr, _ in rows if kind == "STOP")
+    return [tuple(r) for r in rows if r[0] != "STOP"]
 
 
 def test_a_read_stops_before_the_first_item_stamped_at_or_after_until(spark):
     # arrival stamps: partition p's offset k arrived at 3k + p
-    rows = _taken(spark, until=9)
+    stops: list = []
+    rows = _taken(spark, stops, until=9)
     assert [(p, off) for _, p, off, _, _ in rows] == [(p, k) for p in range(3) for k in range(3)]
+    # where each partition stopped (the next read starts there): offset 3, stamped 9 + p
+    assert stops == [(p, 3, 9 + p) for p in range(3)]
+    # a partition read to its end (a: its last item is stamped 15) has no STOP row
+    stops.clear()
+    assert len(_taken(spark, stops, until=16)) == 6 + 5 + 5
+    assert stops == [(1, 5, 16), (2, 5, 17)]
 
 
 @pytest.mark.parametrize(
