@@ -85,11 +85,17 @@ def _beginning() -> Column:
 
 
 def _side_events(
-    flow: Flow, side: int, held: DataFrame | None, payload: list[str], cache: EpochCache
+    flow: Flow,
+    side: int,
+    held: DataFrame | None,
+    payload: list[str],
+    cache: EpochCache,
+    identity: bool = True,
 ) -> DataFrame:
     """Held and new events of one side, each with its end as known by the end of the epoch, the
     moment that end became known (``__closed``; null while open) and whether an END edge of
-    this epoch closed it (``__closed_now``)."""
+    this epoch closed it (``__closed_now``). ``identity``: each event gets a unique ``__id``
+    (else only its moment, which events arriving at one position share)."""
     edge = F.col(EDGE)
     arrival = _moment(F.col(POS), side, 0)
     new = flow.events.filter(~edge.eqNullSafe("END")).select(
@@ -102,10 +108,10 @@ def _side_events(
         *payload,
     )
     # Unique per moment: several events can arrive at one position (a window's results).
-    rank = Window.partitionBy(_AT).orderBy(START, *payload)
-    new = new.withColumn(
-        _ID, F.struct(F.col(_AT).alias("at"), F.row_number().over(rank).alias("n"))
-    )
+    n = F.lit(1)
+    if identity:  # a shuffle and a sort of the epoch's events
+        n = F.row_number().over(Window.partitionBy(_AT).orderBy(START, *payload))
+    new = new.withColumn(_ID, F.struct(F.col(_AT).alias("at"), n.alias("n")))
     events = new if held is None else held.withColumn("__new", F.lit(False)).unionByName(new)
     if not flow.edges:  # no END edge can come: nothing is open, nothing to close
         return cache.keep(events.withColumn(_CLOSED_NOW, F.lit(False)))
@@ -212,9 +218,10 @@ def join(
     pl = [c for c in left.events.columns if c not in HEADER]
     pr = [c for c in right.events.columns if c not in HEADER]
     names = output_columns(pl, pr)
+    # an event's identity serves only to give held pairs the end an END edge brings
     ev = [
-        _side_events(left, 0, state.held[0], pl, cache),
-        _side_events(right, 1, state.held[1], pr, cache),
+        _side_events(left, 0, state.held[0], pl, cache, left.edges),
+        _side_events(right, 1, state.held[1], pr, cache, right.edges),
     ]
 
     # New pairs: at least one side new; formed at the later arrival; overlap as then known.
