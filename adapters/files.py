@@ -46,8 +46,8 @@ absolute path, partitions in sorted order. Each row of a file is one item::
   ``{"file", "line", "record", "error"}``, and reading goes on. Each epoch's read stops at its
   cut and the next starts where it stopped, so a run writes each letter once however it is cut;
   dead letters are still at-least-once: an epoch that is replayed (a restart) writes its dead
-  letters again; deduplicate by ``(file, line)``. Problems
-  that make the rest of a file unreadable (a CSV syntax error, undecodable CSV text) always raise.
+  letters again; deduplicate by ``(file, line)``. Problems that make the rest of a file
+  unreadable (a CSV syntax error, undecodable CSV text) always raise.
 
 **Output.** :class:`FileOutputFactory` makes a :class:`FileOutputAdapter` that appends each epoch's
 items as rows ``{"kind", "start", "end", "edge", <payload columns>}`` and keeps the sidecar

@@ -38,6 +38,7 @@ from engine.rows import (
     START,
     EpochCache,
     Flow,
+    checkpoint,
     hold,
     keyed_inputs,
     keyed_min_of_latest,
@@ -251,7 +252,10 @@ def join(
             *[F.col(f"r.{c}").alias(n) for c, n in zip(pr, names[len(pl) :], strict=True)],
         )
     )
-    pairs_new = cache.keep(pairs_new)
+    # Lazy checkpoints, not cached plans: a union of two branches over the same cached plan
+    # gets new attribute ids in its second branch (Spark's relation deduplication), and below
+    # held state (checkpoints) Spark then no longer finds the cached plan and computes it again
+    pairs_new = checkpoint(pairs_new, eager=False)
     whole = pairs_new.filter(F.col("__lk") & F.col("__rk"))
     events_out = whole.select(
         F.lit("INSERT").alias(KIND),
@@ -302,7 +306,9 @@ def join(
     )
     via_left = F.when(F.col("__t_l").isNotNull(), F.greatest(_AT, "__l_c", "__t_l"))
     via_right = F.when(F.col("__t_r").isNotNull(), F.greatest(_AT, "__r_c", "__t_r"))
-    pending = cache.keep(pending.withColumn("__det", F.least(both_known, via_left, via_right)))
+    pending = checkpoint(
+        pending.withColumn("__det", F.least(both_known, via_left, via_right)), eager=False
+    )
     ends_known = F.least(
         F.when(F.col("__l_c").isNotNull(), F.col("__l_end")).otherwise(F.lit(MAX_TIME)),
         F.when(F.col("__r_c").isNotNull(), F.col("__r_end")).otherwise(F.lit(MAX_TIME)),

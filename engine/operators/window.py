@@ -169,7 +169,9 @@ def window_aggregate(
             events = events.withColumn("__lk", F.lit(None).cast("long"))
     known = _known_stats(flow, merging)
     if known is None or flow.edges or not merging:  # events read more than once
-        events = cache.keep(events)
+        # a lazy checkpoint, not a cached plan: see engine.operators.join (a union's branch
+        # over held state does not find a cached plan; _stats reads events in one)
+        events = checkpoint(events, eager=False)
 
     stats = known if known is not None else _stats(flow, events)
     latest = max(state.latest, stats["m"] if stats["m"] is not None else MIN_TIME)
