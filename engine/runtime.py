@@ -9,6 +9,7 @@ them. Output is the same for any cut (semantics §4).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 import threading
@@ -140,6 +141,7 @@ class Runtime:
                     "Fix: bind the input with a supported shape"
                 )
             adapter = factory.create(node.config, node.shape)
+            _check_read_batches(node.name, adapter)
             adapter.bound_as(node.name)
             declared = factory.declare_advance_time_properties(node.config, node.shape)
             settings = node.settings or (declared.as_binding() if declared is not None else None)
@@ -611,6 +613,20 @@ class Runtime:
 
     def _node(self, name: str) -> InputNode:
         return next(b.node for b in self.inputs if b.spec.name == name)
+
+
+def _check_read_batches(name: str, adapter: InputAdapter) -> None:
+    """An adapter's own ``read_batches`` must take ``until`` (the engine passes it on every
+    read): fail when the query is built, not on an executor mid-run."""
+    if "until" in inspect.signature(adapter.read_batches).parameters:
+        return
+    raise QueryBuildError(
+        f"input {name!r}: {type(adapter).__name__}.read_batches(partition, start_offset, "
+        "payload) does not take the keyword 'until'; expected read_batches(partition, "
+        "start_offset, payload, until=None), as adapters.base.InputAdapter declares it. Fix: "
+        "add 'until=None' to the override and pass it on to super().read_batches (or stop "
+        "after the first item stamped at or after it)"
+    )
 
 
 def _joins_below(node: Node) -> bool:

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from adapters import files
-from adapters.base import InputAdapter
+from adapters.base import InputAdapter, ItemKind
 from adapters.files import FileInputAdapter, FileInputConfig
 from engine import MAX_TIME, EventShape, MalformedRecordError
 from engine._spark import parse_schema
@@ -155,3 +155,26 @@ def test_a_read_from_an_offset_skips_row_groups_and_matches_the_row_path(
     assert fast.column("__off").to_pylist() == list(range(start, 10))
     assert fast.column("__arr").to_pylist()[-1] == TICKS + 17  # END: the latest arrival
     assert read_columns == [(g, ["arr"]) for g in range(min(start, 9) // 3)]
+
+
+@pytest.mark.parametrize("stop", [0, 4, 5, 7, None])
+def test_a_read_until_a_stamp_ends_with_the_first_item_at_or_after_it(tmp_path, monkeypatch, stop):
+    # rows stamped TICKS + i, columnar batches of 3: the row path stops right after the first
+    # item stamped at or after `until`, the columnar path at the end of that item's batch
+    n = 8
+    table = pa.table(
+        {"t": ts([T.replace(second=i) for i in range(n)]), "arr": [TICKS + i for i in range(n)]}
+    )
+    adapter, part, schema = _adapter(
+        tmp_path, monkeypatch, table, EventShape.POINT, arrival_column="arr", schema="arr bigint"
+    )
+    whole = pa.Table.from_batches(list(adapter.read_batches(part, 0, schema))).to_pylist()
+    until = TICKS + stop if stop is not None else TICKS + 100
+    fast = pa.Table.from_batches(list(adapter.read_batches(part, 0, schema, until))).to_pylist()
+    rows = InputAdapter.read_batches(adapter, part, 0, schema, until)
+    rows = pa.Table.from_batches(list(rows)).to_pylist()
+    if stop is None:  # nothing reaches it: everything, END included
+        assert fast == rows == whole and whole[-1]["__kind"] == ItemKind.END.value
+        return
+    assert rows == whole[: stop + 1]
+    assert fast == whole[: min(n, (stop // 3 + 1) * 3)]

@@ -8,7 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from adapters.files import FileInputConfig, FileInputFactory, FileOutputConfig, FileOutputFactory
+from adapters.files import (
+    FileInputAdapter,
+    FileInputConfig,
+    FileInputFactory,
+    FileOutputConfig,
+    FileOutputFactory,
+)
 from bindings import Stream
 from engine import (
     AdapterAdvanceTimeSettings,
@@ -18,6 +24,7 @@ from engine import (
     EventOrderingSettings,
     EventShape,
     MalformedRecordError,
+    QueryBuildError,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -215,3 +222,28 @@ def test_a_malformed_record_of_an_ordered_input_stops_the_run_after_everything_b
         ("INSERT", iso(1), {"t": iso(1), "v": 1}),
         ("CTI", iso(2), {}),
     ]
+
+
+class _OldBatches(FileInputAdapter):
+    """An override written before read_batches took ``until``."""
+
+    def read_batches(self, partition, start_offset, payload):
+        yield from super().read_batches(partition, start_offset, payload)
+
+
+class _OldBatchesFactory(FileInputFactory):
+    def create(self, config, shape):
+        return _OldBatches(config, shape)
+
+
+def test_a_read_batches_override_without_until_fails_when_the_query_is_built(app, tmp_path):
+    write_jsonl(tmp_path / "in.jsonl", [{"ts": iso(1), "v": 1}])
+    config = FileInputConfig(path=str(tmp_path / "in.jsonl"), time_column="ts", schema="v long")
+    stream = Stream.create("old", _OldBatchesFactory(), config, EventShape.POINT)
+    output = FileOutputConfig(path=str(tmp_path / "out.jsonl"))
+    with pytest.raises(QueryBuildError) as info:
+        stream.to_query(app, "old", FileOutputFactory(), output, EventShape.POINT)
+    message = str(info.value)
+    assert "input 'old': _OldBatches.read_batches" in message
+    assert "expected read_batches(partition, start_offset, payload, until=None)" in message
+    assert "Fix: add 'until=None'" in message
