@@ -523,6 +523,7 @@ class Runtime:
             flows[id(b.node)] = flow
             if trace is not None:  # the input's keyed CTIs (made after trace.ingress)
                 trace.input_flow(b.spec, flow)
+        lifetimes_only = set() if trace is not None else _read_for_lifetimes(self.root)
         for node in walk(self.root):
             if isinstance(node, InputNode):
                 continue
@@ -565,6 +566,7 @@ class Runtime:
                     ops.get(id(node)) or JoinState(),
                     cache,
                     (not _joins_below(node.left), not _joins_below(node.right)),
+                    intervals=id(node) in lifetimes_only,
                 )
             elif isinstance(node, AntiJoinNode):
                 flows[id(node)], ops[id(node)] = anti_join(
@@ -627,6 +629,16 @@ def _check_read_batches(name: str, adapter: InputAdapter) -> None:
         "add 'until=None' to the override and pass it on to super().read_batches (or stop "
         "after the first item stamped at or after it)"
     )
+
+
+def _read_for_lifetimes(root: Node) -> set[int]:
+    """The ids of the nodes whose output only windows read: a window's results depend on its
+    events' lifetimes, not on whether one came as an interval or as a START and an END edge."""
+    readers: dict[int, list[Node]] = {}
+    for node in walk(root):
+        for child in node.children():
+            readers.setdefault(id(child), []).append(node)
+    return {i for i, by in readers.items() if all(isinstance(n, WindowNode) for n in by)}
 
 
 def _joins_below(node: Node) -> bool:

@@ -36,9 +36,9 @@ from engine.operators.join import (
     _OPEN,
     _first_cti_at_or_above,
     _side_events,
+    collect_ctis,
 )
 from engine.rows import (
-    CTI,
     EDGE,
     END,
     HEADER,
@@ -132,6 +132,11 @@ def anti_join(
 
     # When each fragment's start and end became decided (null: not yet).
     c_l, c_r, before = left.ctis, right.ctis, state.latest
+    tagged = cache.keep(
+        c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
+    )
+    found = collect_ctis(tagged, before)
+    latest = found.latest
     frags = frags.withColumn("__p1", _after(F.col("__p"))).withColumn("__q1", _after(F.col("__q")))
     frags = frags.withColumn("__e_closed", F.when(~F.col(_OPEN), F.col(END)))
     for value, ctis, side, out in (
@@ -141,7 +146,9 @@ def anti_join(
         ("__q1", c_l, 0, "__q_l"),
         ("__e_closed", c_r, 1, "__e_r"),
     ):
-        frags = _first_cti_at_or_above(frags, value, ctis, side, before[side], out)
+        frags = _first_cti_at_or_above(
+            frags, value, ctis, side, before[side], out, found.found[side]
+        )
     closed = F.col(_CLOSED)
     d_p = _all(F.col(_AT), F.col("__p_r"), F.least(closed, F.col("__p_l")))
     d_q_inside = _all(F.col("__q_r"), F.least(closed, F.col("__q_l")))
@@ -174,12 +181,6 @@ def anti_join(
     )
 
     # CTIs: the minimum of both sides' latest.
-    tagged = cache.keep(
-        c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
-    )
-    latest = list(state.latest)
-    for row in tagged.groupBy("__g").agg(F.max(CTI).alias("m")).collect():
-        latest[row["__g"]] = max(latest[row["__g"]], row["m"])
     ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
 
     # Progress: a fragment waiting for its END edge, or everything below the decided horizon.

@@ -25,8 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf
+from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from engine.rows import (
     CTI,
@@ -35,6 +39,7 @@ from engine.rows import (
     HEADER,
     KIND,
     POS,
+    POS_TYPE,
     START,
     EpochCache,
     Flow,
@@ -115,7 +120,7 @@ def _side_events(
     new = new.withColumn(_ID, F.struct(F.col(_AT).alias("at"), n.alias("n")))
     events = new if held is None else held.withColumn("__new", F.lit(False)).unionByName(new)
     if not flow.edges:  # no END edge can come: nothing is open, nothing to close
-        return cache.keep(events.withColumn(_CLOSED_NOW, F.lit(False)))
+        return events.withColumn(_CLOSED_NOW, F.lit(False))  # (cheap again: not kept)
 
     ends = flow.events.filter(edge == "END").select(START, END, POS, *payload)
     key = [START, *payload]
@@ -146,11 +151,83 @@ def _side_events(
     )
 
 
+#: Up to this many CTIs of a side in one epoch, searches for "the first CTI at or above a value"
+#: run against the CTIs collected to the driver (a binary search per row, no shuffle); above it,
+#: in one sort of the rows and the CTIs (a single partition)
+SEARCH_ON_DRIVER = 20_000
+
+
+@dataclass(frozen=True)
+class EpochCtis:
+    """The CTIs of both sides in one epoch: each side's latest, and its CTIs in value order as
+    ``(value, position)`` (None for a side with more than :data:`SEARCH_ON_DRIVER`)."""
+
+    latest: list[int]
+    found: list[list[tuple[int, tuple]] | None]
+
+
+def collect_ctis(tagged: DataFrame, before: list[int]) -> EpochCtis:
+    """One small job over ``tagged`` (``__g`` side, CTI, position): see :class:`EpochCtis`."""
+    latest, found = list(before), [[], []]
+    item = F.struct(F.col(CTI).alias("c"), F.col(POS).alias("p"))
+    head = F.slice(F.sort_array(F.collect_list(item)), 1, SEARCH_ON_DRIVER + 1)
+    for row in tagged.groupBy("__g").agg(F.max(CTI).alias("m"), head.alias("h")).collect():
+        g = row["__g"]
+        latest[g] = max(latest[g], row["m"])
+        found[g] = (
+            [(c, tuple(p)) for c, p in row["h"]] if len(row["h"]) <= SEARCH_ON_DRIVER else None
+        )
+    return EpochCtis(latest, found)
+
+
+# (pandas UDF results are nullable)
+_FOUND = StructType(
+    [StructField(f.name, f.dataType) for f in [StructField("ok", BooleanType()), *POS_TYPE.fields]]
+)
+
+
+def _search_udf(found: list[tuple[int, tuple]]):
+    values = np.array([c for c, _ in found], dtype=np.int64)
+    fields = [
+        np.array([p[i] for _, p in found], dtype=np.int64 if f.dataType == LongType() else np.int32)
+        for i, f in enumerate(POS_TYPE.fields)
+    ]
+
+    @pandas_udf(_FOUND)  # type: ignore[call-overload]
+    def first_at_or_above(v: pd.Series) -> pd.DataFrame:
+        i = np.searchsorted(values, v.to_numpy(), side="left")
+        j = np.minimum(i, len(values) - 1)
+        out = {f.name: a[j] for f, a in zip(POS_TYPE.fields, fields, strict=True)}
+        return pd.DataFrame({"ok": i < len(values), **out})
+
+    return first_at_or_above
+
+
 def _first_cti_at_or_above(
-    rows: DataFrame, value: str, ctis: DataFrame, side: int, before: int, out: str
+    rows: DataFrame,
+    value: str,
+    ctis: DataFrame,
+    side: int,
+    before: int,
+    out: str,
+    found: list[tuple[int, tuple]] | None = None,
 ) -> DataFrame:
     """For each row, the moment of the first CTI of ``side`` with value >= ``rows[value]``:
-    the very beginning if the CTI before the epoch already was, null if none in the epoch."""
+    the very beginning if the CTI before the epoch already was, null if none in the epoch.
+    ``found``: the side's CTIs of the epoch as collected (:func:`collect_ctis`), if they were."""
+    moment = F.when(F.col(value).isNull(), F.lit(None)).when(
+        F.col(value) <= F.lit(before), _beginning()
+    )
+    if found is not None:
+        if not found:
+            return rows.withColumn(out, moment)
+        search = _search_udf(found)(F.coalesce(F.col(value), F.lit(MIN_TIME)))
+        at = F.struct(*[F.col(f"__f.{f.name}") for f in POS_TYPE.fields])
+        return (
+            rows.withColumn("__f", search)
+            .withColumn(out, moment.when(F.col("__f.ok"), _moment(at, side, 2)))
+            .drop("__f")
+        )
     both = (
         rows.withColumn("__t", F.col(value))
         .withColumn("__typ", F.lit(0))
@@ -168,12 +245,9 @@ def _first_cti_at_or_above(
     after = Window.orderBy(F.desc("__t"), F.desc("__typ")).rowsBetween(
         Window.unboundedPreceding, Window.currentRow
     )
-    found = F.last(F.when(F.col("__typ") == 1, F.col("__m")), ignorenulls=True).over(after)
-    moment = F.when(F.col(value).isNull(), F.lit(None)).when(
-        F.col(value) <= F.lit(before), _beginning()
-    )
+    found_m = F.last(F.when(F.col("__typ") == 1, F.col("__m")), ignorenulls=True).over(after)
     return (
-        both.withColumn(out, moment.otherwise(found))
+        both.withColumn(out, moment.otherwise(found_m))
         .filter(F.col("__typ") == 0)
         .drop("__t", "__typ", "__m")
     )
@@ -213,9 +287,13 @@ def join(
     state: JoinState,
     cache: EpochCache,
     keyed_sides: tuple[bool, bool] = (True, True),
+    intervals: bool = False,
 ) -> tuple[Flow, JoinState]:
     """``keyed_sides``: whether each side's keyed CTIs may be used (docs/decisions.md,
-    "Per-key CTIs": not from a side with a join below it, whose pairs end by that side's CTI)."""
+    "Per-key CTIs": not from a side with a join below it, whose pairs end by that side's CTI).
+    ``intervals``: the output is read only for its events' lifetimes (by a window), so a pair
+    whose end becomes known in the epoch it forms in leaves as one interval where it forms, not
+    as a START edge there and an END edge where its end became known (docs/decisions.md)."""
     pl = [c for c in left.events.columns if c not in HEADER]
     pr = [c for c in right.events.columns if c not in HEADER]
     names = output_columns(pl, pr)
@@ -256,50 +334,49 @@ def join(
     # gets new attribute ids in its second branch (Spark's relation deduplication), and below
     # held state (checkpoints) Spark then no longer finds the cached plan and computes it again
     pairs_new = checkpoint(pairs_new, eager=False)
-    whole = pairs_new.filter(F.col("__lk") & F.col("__rk"))
-    events_out = whole.select(
-        F.lit("INSERT").alias(KIND),
-        F.lit(None).cast("string").alias(EDGE),
-        START,
-        F.col("__min_end").alias(END),
-        F.col(f"{_AT}.pos").alias(POS),
-        *names,
-    )
-    opened = pairs_new.filter(~(F.col("__lk") & F.col("__rk")))
-    events_out = events_out.unionByName(
-        opened.select(
+
+    def rows(df: DataFrame, edge: str | None, end: Column, at: str) -> DataFrame:
+        return df.select(
             F.lit("INSERT").alias(KIND),
-            F.lit("START").alias(EDGE),
+            F.lit(edge).cast("string").alias(EDGE),
             START,
-            F.lit(MAX_TIME).alias(END),
-            F.col(f"{_AT}.pos").alias(POS),
+            end.alias(END),
+            F.col(f"{at}.pos").alias(POS),
             *names,
         )
+
+    events_out = rows(
+        pairs_new.filter(F.col("__lk") & F.col("__rk")), None, F.col("__min_end"), _AT
     )
+    opened = pairs_new.filter(~(F.col("__lk") & F.col("__rk")))
+    if not intervals:
+        events_out = events_out.unionByName(rows(opened, "START", F.lit(MAX_TIME), _AT))
 
     # Pairs waiting for their end, with their sides' ends as known by the end of the epoch (a
     # new pair has them from its events; a held one learns those that END edges of this epoch
     # closed), then when the end is known.
     pending = opened.select(_AT, START, "__lid", "__rid", *_SIDE_ENDS, *names)
+    pending = pending.withColumn("__fresh", F.lit(True))
     if state.pairs is not None:
-        pending = _refreshed(state.pairs, ev, (left.edges, right.edges)).unionByName(pending)
+        held_pairs = _refreshed(state.pairs, ev, (left.edges, right.edges))
+        pending = held_pairs.withColumn("__fresh", F.lit(False)).unionByName(pending)
     c_l, c_r = left.ctis, right.ctis
-    pending = _first_cti_at_or_above(
-        pending.withColumn("__l_e", F.when(F.col("__l_c").isNotNull(), F.col("__l_end"))),
-        "__l_e",
-        c_r,
-        1,
-        state.latest[1],
-        "__t_l",
+    tagged = cache.keep(
+        c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
     )
-    pending = _first_cti_at_or_above(
-        pending.withColumn("__r_e", F.when(F.col("__r_c").isNotNull(), F.col("__r_end"))),
-        "__r_e",
-        c_l,
-        0,
-        state.latest[0],
-        "__t_r",
-    )
+    found = collect_ctis(tagged, state.latest)
+    latest = found.latest
+    for x, other, c in (("l", 1, c_r), ("r", 0, c_l)):  # a side's end, the other's CTIs
+        known = F.when(F.col(f"__{x}_c").isNotNull(), F.col(f"__{x}_end"))
+        pending = _first_cti_at_or_above(
+            pending.withColumn(f"__{x}_e", known),
+            f"__{x}_e",
+            c,
+            other,
+            state.latest[other],
+            f"__t_{x}",
+            found.found[other],
+        )
     both_known = F.when(
         F.col("__l_c").isNotNull() & F.col("__r_c").isNotNull(),
         F.greatest(_AT, "__l_c", "__r_c"),
@@ -313,28 +390,18 @@ def join(
         F.when(F.col("__l_c").isNotNull(), F.col("__l_end")).otherwise(F.lit(MAX_TIME)),
         F.when(F.col("__r_c").isNotNull(), F.col("__r_end")).otherwise(F.lit(MAX_TIME)),
     )
-    determined = pending.filter(F.col("__det").isNotNull())
-    events_out = events_out.unionByName(
-        determined.select(
-            F.lit("INSERT").alias(KIND),
-            F.lit("END").alias(EDGE),
-            START,
-            ends_known.alias(END),
-            F.col("__det.pos").alias(POS),
-            *names,
-        )
-    )
+    det, fresh = F.col("__det").isNotNull(), F.col("__fresh")
+    if intervals:  # a new pair whose end is known in this epoch: one interval, when it formed
+        events_out = events_out.unionByName(
+            rows(pending.filter(fresh & det), None, ends_known, _AT)
+        ).unionByName(rows(pending.filter(fresh & ~det), "START", F.lit(MAX_TIME), _AT))
+        det = det & ~fresh
+    events_out = events_out.unionByName(rows(pending.filter(det), "END", ends_known, "__det"))
     still = pending.filter(F.col("__det").isNull()).select(
         _AT, START, "__lid", "__rid", *_SIDE_ENDS, *names
     )
 
     # CTIs: the minimum of both sides' latest.
-    tagged = cache.keep(
-        c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
-    )
-    latest = list(state.latest)
-    for row in tagged.groupBy("__g").agg(F.max(CTI).alias("m")).collect():
-        latest[row["__g"]] = max(latest[row["__g"]], row["m"])
     ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
 
     # Keep what can still meet a future event of the other side, and the pending pairs.

@@ -114,21 +114,23 @@ class WindowState:
 
 
 def close_edges(events: DataFrame, ends: DataFrame, payload: list[str]) -> DataFrame:
-    """Give each END edge's end to the oldest open identical START edge (FIFO by position)."""
+    """Give each END edge's end to the oldest open identical START edge (FIFO by position). Only
+    the open edges are ranked and joined: the other events pass by."""
     key = [START, *payload]
-    opened = events.withColumn(
-        "__r",
-        F.when(F.col(_OPEN), F.row_number().over(Window.partitionBy(_OPEN, *key).orderBy(POS))),
+    opened = events.filter(F.col(_OPEN)).withColumn(
+        "__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS))
     )
     ends = ends.withColumn("__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS)))
     o, e = opened.alias("o"), ends.alias("e")
     on = [F.col(f"o.{k}").eqNullSafe(F.col(f"e.{k}")) for k in [*key, "__r"]]
     joined = o.join(e.select(*key, "__r", F.col(END).alias("__new_end")).alias("e"), on, "left")
     closed = F.col("e.__new_end").isNotNull()
-    return joined.select(
-        *[F.col(f"o.{c}") for c in events.columns if c not in (END, _OPEN)],
-        F.when(closed, F.col("e.__new_end")).otherwise(F.col(f"o.{END}")).alias(END),
-        (F.col(f"o.{_OPEN}") & ~closed).alias(_OPEN),
+    return events.filter(~F.col(_OPEN)).unionByName(
+        joined.select(
+            *[F.col(f"o.{c}") for c in events.columns if c not in (END, _OPEN)],
+            F.when(closed, F.col("e.__new_end")).otherwise(F.col(f"o.{END}")).alias(END),
+            (F.col(f"o.{_OPEN}") & ~closed).alias(_OPEN),
+        )
     )
 
 

@@ -20,6 +20,7 @@ from engine import (
     WindowOutput,
     edge_end,
     edge_start,
+    interval,
 )
 from tests.harness import In, spark_run
 from tests.reference import (
@@ -201,6 +202,48 @@ def test_join_pairs_waiting_across_epochs_match_the_reference(app, cuts):
     case = Case(script, dict.fromkeys("ab", EventShape.EDGE), dict.fromkeys("ab", explicit), 10)
     plan = Join(Input("a"), Input("b"), ("k",))
     _agree(app, case, plan, lambda s: s["a"].join(s["b"], on="k"), EventShape.EDGE, cuts)
+
+
+@pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7], [4, 8, 12], [6, 11]])
+def test_a_window_over_a_join_matches_the_reference(app, cuts):
+    # The lookup shape: intervals joined with open reference edges. A pair's end becomes known
+    # when the reference's CTI passes it, in the epoch the pair forms in (the join then gives
+    # the window one interval) or a later one (a START edge, then an END edge); ends fall on
+    # window starts, so an end off by one changes a window.
+    script = EventScript()
+    script.insert("b", edge_start(0, {"k": 1, "v": 10}))
+    script.insert("b", edge_start(0, {"k": 2, "v": 20}))
+    script.insert("a", interval(1, 5, {"k": 1, "v": 1}))
+    script.insert("a", interval(2, 10, {"k": 2, "v": 2}))
+    script.cti("b", 5)  # [1, 5) is known; [2, 10) waits
+    script.insert("a", interval(6, 15, {"k": 1, "v": 3}))
+    script.cti("a", 6)
+    script.insert("b", edge_end(0, 11, {"k": 2, "v": 20}))  # both known: [2, 10)
+    script.insert("b", edge_start(11, {"k": 2, "v": 21}))
+    script.insert("a", interval(12, 20, {"k": 2, "v": 4}))
+    script.cti("b", 12)
+    script.cti("a", 12)
+    script.cti("b", 15)  # [6, 15) is known
+    script.insert("a", interval(16, 25, {"k": 1, "v": 5}))
+    script.cti("b", 30)
+    script.cti("a", 30)
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+    shapes = {"a": EventShape.INTERVAL, "b": EventShape.EDGE}
+    case = Case(script, shapes, dict.fromkeys("ab", explicit), 19)
+    total = (("n", len), ("s", lambda rows: sum(r["v"] + r["right_v"] for r in rows)))
+    plan = Window(Join(Input("a"), Input("b"), ("k",)), 10, 5, ("k",), total)
+    expected = run_reference(case.script, _bindings(case), plan, EventShape.INTERVAL)
+    assert len(expected.output) > 6, "the scenario must produce windows"
+
+    def build(s):
+        joined = s["a"].join(s["b"], on="k")
+        return (
+            joined.hopping_window(10, 5)
+            .group_by("k")
+            .aggregate(n=F.count("*"), s=F.sum(F.col("v") + F.col("right_v")))
+        )
+
+    _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
 
 
 @pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7]])
