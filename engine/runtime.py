@@ -590,11 +590,15 @@ class Runtime:
                 # local checkpoint makes each operator's output a leaf for the operators after it
                 # (computed once, when first used, and no extra job). The root's output is
                 # used once, by egress's one job: planning its checkpoint costs more (about 80
-                # ms a frame in B1) than it saves, unless a trace reads it too.
+                # ms a frame in B1) than it saves, unless a trace reads it too. A join's events
+                # are already selections over its own checkpoints (its new and pending pairs).
                 flow = flows[id(node)]
                 keyed = checkpoint(flow.keyed, eager=False) if flow.keyed is not None else None
+                events = flow.events
+                if not isinstance(node, JoinNode):
+                    events = checkpoint(events, eager=False)
                 flows[id(node)] = Flow(
-                    checkpoint(flow.events, eager=False),
+                    events,
                     checkpoint(flow.ctis, eager=False),
                     flow.edges,
                     keyed,
