@@ -330,10 +330,43 @@ def join(
             *[F.col(f"r.{c}").alias(n) for c, n in zip(pr, names[len(pl) :], strict=True)],
         )
     )
+    # When each pair's end is known (``__det``; null: not in this epoch), with its sides' ends
+    # as known by the end of the epoch: a new pair has them from its events; a held one learns
+    # those that END edges of this epoch closed. A side's end is known at once when the other
+    # side's CTI is at or past it: the first such CTI is searched for.
+    c_l, c_r = left.ctis, right.ctis
+    tagged = cache.keep(
+        c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
+    )
+    found = collect_ctis(tagged, state.latest)
+    latest = found.latest
+
+    def when_known(pairs: DataFrame) -> DataFrame:
+        for x, other, c in (("l", 1, c_r), ("r", 0, c_l)):  # a side's end, the other's CTIs
+            known = F.when(F.col(f"__{x}_c").isNotNull(), F.col(f"__{x}_end"))
+            pairs = _first_cti_at_or_above(
+                pairs.withColumn(f"__{x}_e", known),
+                f"__{x}_e",
+                c,
+                other,
+                state.latest[other],
+                f"__t_{x}",
+                found.found[other],
+            )
+        both_known = F.when(
+            F.col("__l_c").isNotNull() & F.col("__r_c").isNotNull(),
+            F.greatest(_AT, "__l_c", "__r_c"),
+        )
+        via_left = F.when(F.col("__t_l").isNotNull(), F.greatest(_AT, "__l_c", "__t_l"))
+        via_right = F.when(F.col("__t_r").isNotNull(), F.greatest(_AT, "__r_c", "__t_r"))
+        return pairs.withColumn("__det", F.least(both_known, via_left, via_right)).drop(
+            "__l_e", "__r_e", "__t_l", "__t_r"
+        )
+
     # Lazy checkpoints, not cached plans: a union of two branches over the same cached plan
     # gets new attribute ids in its second branch (Spark's relation deduplication), and below
     # held state (checkpoints) Spark then no longer finds the cached plan and computes it again
-    pairs_new = checkpoint(pairs_new, eager=False)
+    pairs_new = checkpoint(when_known(pairs_new), eager=False)
 
     def rows(df: DataFrame, edge: str | None, end: Column, at: str) -> DataFrame:
         return df.select(
@@ -345,61 +378,31 @@ def join(
             *names,
         )
 
-    events_out = rows(
-        pairs_new.filter(F.col("__lk") & F.col("__rk")), None, F.col("__min_end"), _AT
-    )
-    opened = pairs_new.filter(~(F.col("__lk") & F.col("__rk")))
-    if not intervals:
-        events_out = events_out.unionByName(rows(opened, "START", F.lit(MAX_TIME), _AT))
-
-    # Pairs waiting for their end, with their sides' ends as known by the end of the epoch (a
-    # new pair has them from its events; a held one learns those that END edges of this epoch
-    # closed), then when the end is known.
-    pending = opened.select(_AT, START, "__lid", "__rid", *_SIDE_ENDS, *names)
-    pending = pending.withColumn("__fresh", F.lit(True))
-    if state.pairs is not None:
-        held_pairs = _refreshed(state.pairs, ev, (left.edges, right.edges))
-        pending = held_pairs.withColumn("__fresh", F.lit(False)).unionByName(pending)
-    c_l, c_r = left.ctis, right.ctis
-    tagged = cache.keep(
-        c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
-    )
-    found = collect_ctis(tagged, state.latest)
-    latest = found.latest
-    for x, other, c in (("l", 1, c_r), ("r", 0, c_l)):  # a side's end, the other's CTIs
-        known = F.when(F.col(f"__{x}_c").isNotNull(), F.col(f"__{x}_end"))
-        pending = _first_cti_at_or_above(
-            pending.withColumn(f"__{x}_e", known),
-            f"__{x}_e",
-            c,
-            other,
-            state.latest[other],
-            f"__t_{x}",
-            found.found[other],
-        )
-    both_known = F.when(
-        F.col("__l_c").isNotNull() & F.col("__r_c").isNotNull(),
-        F.greatest(_AT, "__l_c", "__r_c"),
-    )
-    via_left = F.when(F.col("__t_l").isNotNull(), F.greatest(_AT, "__l_c", "__t_l"))
-    via_right = F.when(F.col("__t_r").isNotNull(), F.greatest(_AT, "__r_c", "__t_r"))
-    pending = checkpoint(
-        pending.withColumn("__det", F.least(both_known, via_left, via_right)), eager=False
-    )
     ends_known = F.least(
         F.when(F.col("__l_c").isNotNull(), F.col("__l_end")).otherwise(F.lit(MAX_TIME)),
         F.when(F.col("__r_c").isNotNull(), F.col("__r_end")).otherwise(F.lit(MAX_TIME)),
     )
-    det, fresh = F.col("__det").isNotNull(), F.col("__fresh")
+    det = F.col("__det").isNotNull()
+    whole = F.col("__lk") & F.col("__rk")
+    events_out = rows(pairs_new.filter(whole), None, F.col("__min_end"), _AT)
+    opened = pairs_new.filter(~whole)
     if intervals:  # a new pair whose end is known in this epoch: one interval, when it formed
+        events_out = events_out.unionByName(rows(opened.filter(det), None, ends_known, _AT))
         events_out = events_out.unionByName(
-            rows(pending.filter(fresh & det), None, ends_known, _AT)
-        ).unionByName(rows(pending.filter(fresh & ~det), "START", F.lit(MAX_TIME), _AT))
-        det = det & ~fresh
-    events_out = events_out.unionByName(rows(pending.filter(det), "END", ends_known, "__det"))
-    still = pending.filter(F.col("__det").isNull()).select(
-        _AT, START, "__lid", "__rid", *_SIDE_ENDS, *names
-    )
+            rows(opened.filter(~det), "START", F.lit(MAX_TIME), _AT)
+        )
+    else:
+        events_out = events_out.unionByName(rows(opened, "START", F.lit(MAX_TIME), _AT))
+        events_out = events_out.unionByName(rows(opened.filter(det), "END", ends_known, "__det"))
+    waiting = [_AT, START, "__lid", "__rid", *_SIDE_ENDS, *names]
+    still = opened.filter(~det).select(*waiting)
+    if state.pairs is not None:
+        held_pairs = _refreshed(state.pairs, ev, (left.edges, right.edges))
+        held_pairs = checkpoint(when_known(held_pairs), eager=False)
+        events_out = events_out.unionByName(
+            rows(held_pairs.filter(det), "END", ends_known, "__det")
+        )
+        still = held_pairs.filter(~det).select(*waiting).unionByName(still)
 
     # CTIs: the minimum of both sides' latest.
     ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
