@@ -22,6 +22,7 @@ from engine import (
     edge_start,
     interval,
 )
+from engine.operators import join as join_operator
 from tests.harness import In, spark_run
 from tests.reference import (
     AlterEventDuration,
@@ -41,6 +42,7 @@ from tests.reference import (
 )
 from tests.strategies import COLUMNS, SCHEMA, Case, cases, epoch_cuts
 
+SEARCHES = ["on the driver", "by a sort"]
 SHAPES = st.sampled_from([EventShape.POINT, EventShape.INTERVAL, EventShape.EDGE])
 
 
@@ -182,11 +184,20 @@ def test_windows_with_aggregates_match_the_reference(
     _agree(app, case, plan, build, shape, cuts)
 
 
-@pytest.mark.parametrize("cuts", [[2, 4], [4, 6], [1, 5, 8]])
-def test_join_pairs_waiting_across_epochs_match_the_reference(app, cuts):
+@pytest.mark.parametrize(
+    ("cuts", "search", "anti"),
+    [
+        *[(cuts, search, False) for cuts in ([2, 4], [4, 6], [1, 5, 8]) for search in SEARCHES],
+        *[([1, 5, 8], search, True) for search in SEARCHES],
+    ],
+)
+def test_join_pairs_waiting_across_epochs_match_the_reference(app, cuts, search, anti, monkeypatch):
     # Pairs of open edges that wait for their ends over several epochs (the random cases rarely
     # cut between a pair's forming and its edges' END edges): key 1 ends when both sides' ends
-    # are known, key 2 when b's CTI passes a's end.
+    # are known, key 2 when b's CTI passes a's end. The first CTI at or above an end is found
+    # among the CTIs collected to the driver, or (more CTIs than it takes) by one sort.
+    if search == "by a sort":
+        monkeypatch.setattr(join_operator, "SEARCH_ON_DRIVER", 0)
     script = EventScript()
     script.insert("a", edge_start(0, {"k": 1, "v": 0}))
     script.insert("b", edge_start(2, {"k": 1, "v": 1}))
@@ -196,12 +207,16 @@ def test_join_pairs_waiting_across_epochs_match_the_reference(app, cuts):
     script.insert("a", edge_end(1, 9, {"k": 2, "v": 2}))
     script.insert("b", edge_end(2, 5, {"k": 1, "v": 1}))
     script.cti("b", 6)
-    script.cti("b", 10)
+    script.cti("b", 9)  # at a's end: key 2's pair ends at 9
     script.cti("a", 20)
     explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
     case = Case(script, dict.fromkeys("ab", EventShape.EDGE), dict.fromkeys("ab", explicit), 10)
-    plan = Join(Input("a"), Input("b"), ("k",))
-    _agree(app, case, plan, lambda s: s["a"].join(s["b"], on="k"), EventShape.EDGE, cuts)
+    plan = (AntiJoin if anti else Join)(Input("a"), Input("b"), ("k",))
+
+    def build(s):
+        return s["a"].anti_join(s["b"], on="k") if anti else s["a"].join(s["b"], on="k")
+
+    _agree(app, case, plan, build, EventShape.EDGE, cuts)
 
 
 @pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7], [4, 8, 12], [6, 11]])
