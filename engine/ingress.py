@@ -396,17 +396,20 @@ def _match_edges(
     ends = ends.withColumn("__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS)))
     s, e = starts.alias("s"), ends.alias("e")
     on = [F.col(f"e.{k}").eqNullSafe(F.col(f"s.{k}")) for k in [*key, "__r"]]
-    j = e.join(s, on, "left")
-    bad = (
-        j.filter(F.col("s.__spos").isNull() | (F.col("s.__spos") > F.col(f"e.{POS}")))
-        .select(
-            F.col(f"e.{POS}").alias(POS),
-            F.col(f"e.{_P}").alias(_P),
-            *[F.col(f"e.{k}").alias(k) for k in ["__os", END, *payload]],
-        )
-        .orderBy(POS)
-        .first()
+    # one job: the first END edge without an earlier START edge, and how many closed a START
+    # edge that was dropped
+    j = cache.keep(e.join(s, on, "left"))
+    first_bad = F.struct(
+        F.col(f"e.{POS}").alias(POS),
+        F.col(f"e.{_P}").alias(_P),
+        *[F.col(f"e.{k}").alias(k) for k in ["__os", END, *payload]],
     )
+    unmatched = F.col("s.__spos").isNull() | (F.col("s.__spos") > F.col(f"e.{POS}"))
+    found = j.agg(
+        F.min_by(first_bad, F.when(unmatched, F.col(f"e.{POS}"))).alias("bad"),
+        F.count(F.when(F.col("s.__sdrop"), 1)).alias("dropped"),
+    ).first()
+    bad, dropped = found["bad"], found["dropped"]
     if bad is not None:
         event = Event(
             EventKind.INSERT, bad["__os"], bad[END], {k: bad[k] for k in payload}, EdgeType.END
@@ -414,10 +417,11 @@ def _match_edges(
         raise _StopEpoch(
             tuple(bad[POS]),
             MalformedRecordError(
-                f"input {spec.name!r}, partition {spec.partitions[bad[_P]]!r}, offset "
-                f"{bad[POS]['off']}: {event!r} closes no open START edge; expected a START edge "
-                "with the same start and payload earlier in the same partition. Fix: send the "
-                "START edge first, or send this event as an interval"
+                f"END edge with no open START edge on input {spec.name!r} (partition "
+                f"{spec.partitions[bad[_P]]!r}, offset {bad[POS]['off']}): {event.describe()}; "
+                "expected a START edge with the same start and payload earlier in the same "
+                "partition. Fix: send the START edge first, or bind the input with a POINT or "
+                "INTERVAL shape"
             ),
         )
     matched = j.select(
@@ -429,8 +433,6 @@ def _match_edges(
         F.col("s.__sdrop").alias("__sdrop"),
         *[F.col(f"e.{k}").alias(k) for k in payload],
     )
-    cache.keep(matched)
-    dropped = matched.filter(F.col("__sdrop")).count()
     closed = matched.filter(~F.col("__sdrop")).drop("__sdrop")
     used = j.select(*[F.col(f"s.{k}").alias(k) for k in [*key, "__r"]])
     still_open = checkpoint(

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from adapters.memory import EventScript
 from engine import (
     AdvanceTimeGenerationSettings,
+    AdvanceTimePolicy,
     AdvanceTimeSettings,
     CtiViolationError,
     EventShape,
@@ -217,6 +218,25 @@ def test_join_pairs_waiting_across_epochs_match_the_reference(app, cuts, search,
         return s["a"].anti_join(s["b"], on="k") if anti else s["a"].join(s["b"], on="k")
 
     _agree(app, case, plan, build, EventShape.EDGE, cuts)
+
+
+@pytest.mark.parametrize("cuts", [[], [2], [3]])
+def test_an_end_edge_that_closes_no_start_edge_is_reported_like_the_reference(app, cuts):
+    # The first such END edge by position (offset 4, not 6), in whichever epoch it arrives; a
+    # START edge that was dropped (a CTI violation) still counts as open for its END edge.
+    script = EventScript()
+    script.insert("a", edge_start(0, {"k": 1, "v": 1}))
+    script.cti("a", 5)
+    script.insert("a", edge_start(3, {"k": 2, "v": 2}))  # dropped: before the CTI
+    script.insert("a", edge_end(3, 9, {"k": 2, "v": 2}))  # closes it: counted as dropped
+    script.insert("a", edge_end(2, 9, {"k": 1, "v": 1}))  # no START edge at 2
+    script.insert("a", edge_end(0, 9, {"k": 1, "v": 1}))
+    script.insert("a", edge_end(4, 9, {"k": 1, "v": 1}))  # no START edge either, later
+    drop = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(10**6, 0, True), policy=AdvanceTimePolicy.DROP
+    )
+    case = Case(script, {"a": EventShape.EDGE}, {"a": drop}, 7)
+    _agree(app, case, Input("a"), None, EventShape.EDGE, cuts)
 
 
 @pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7], [4, 8, 12], [6, 11]])
