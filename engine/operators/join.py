@@ -15,10 +15,12 @@ so end = ``e``). An end at or before the start makes the pair empty; egress neve
 Moments order the rows of both sides: (position, side, events / END edges / CTI). Per epoch, one
 Spark plan: each side's events (held and new) get their END edges by a ranked join; new pairs come
 from an equi-join on the keys with the overlap test at the forming moment; every pair whose end is
-not yet known finds the moment it becomes known by searching the other side's CTIs (a running
-window over CTIs and pairs ordered by value). State: per side, the events that can still meet a
-future event (open edges, and events ending after the other side's CTI), and the pairs whose END
-edge is still to come. Both shrink as the CTIs advance.
+not yet known finds the moment it becomes known by searching the other side's CTIs of the epoch
+(collected to the driver and searched per pair by a pandas UDF; many: one sort of CTIs and pairs
+by value). Read only by a window, a pair whose end is known in the epoch it forms in leaves as
+one interval. State: per side, the events that can still meet a future event (open edges, and
+events ending after the other side's CTI), and the pairs whose END edge is still to come. Both
+shrink as the CTIs advance.
 """
 
 from __future__ import annotations
@@ -120,7 +122,8 @@ def _side_events(
     new = new.withColumn(_ID, F.struct(F.col(_AT).alias("at"), n.alias("n")))
     events = new if held is None else held.withColumn("__new", F.lit(False)).unionByName(new)
     if not flow.edges:  # no END edge can come: nothing is open, nothing to close
-        return events.withColumn(_CLOSED_NOW, F.lit(False))  # (cheap again: not kept)
+        # not kept: selections over the input's rows (kept upstream) and the held ones
+        return events.withColumn(_CLOSED_NOW, F.lit(False))
 
     ends = flow.events.filter(edge == "END").select(START, END, POS, *payload)
     key = [START, *payload]
