@@ -106,6 +106,8 @@ class Runtime:
     def __post_init__(self) -> None:
         self.inputs = self._bind()
         self._order = self._import_order()
+        #: operators whose output only windows read (``intervals`` for a join below a window)
+        self._for_lifetimes = _read_for_lifetimes(self.root)
         self._held = Checkpoints()
         # held while state DataFrames are read from another thread (operator_metrics) and
         # while an epoch releases the checkpoints its old state read
@@ -523,7 +525,7 @@ class Runtime:
             flows[id(b.node)] = flow
             if trace is not None:  # the input's keyed CTIs (made after trace.ingress)
                 trace.input_flow(b.spec, flow)
-        lifetimes_only = set() if trace is not None else _read_for_lifetimes(self.root)
+        lifetimes_only = set() if trace is not None else self._for_lifetimes
         for node in walk(self.root):
             if isinstance(node, InputNode):
                 continue

@@ -169,11 +169,14 @@ class EpochCtis:
     found: list[list[tuple[int, tuple]] | None]
 
 
-def collect_ctis(tagged: DataFrame, before: list[int]) -> EpochCtis:
-    """One small job over ``tagged`` (``__g`` side, CTI, position): see :class:`EpochCtis`."""
+def collect_ctis(tagged: DataFrame, before: list[int], search: bool = True) -> EpochCtis:
+    """One small job over ``tagged`` (``__g`` side, CTI, position): see :class:`EpochCtis`.
+    ``search=False``: only the latest CTIs (nothing will be searched)."""
     latest, found = list(before), [[], []]
     item = F.struct(F.col(CTI).alias("c"), F.col(POS).alias("p"))
     head = F.slice(F.sort_array(F.collect_list(item)), 1, SEARCH_ON_DRIVER + 1)
+    if not search:
+        head = F.array()
     for row in tagged.groupBy("__g").agg(F.max(CTI).alias("m"), head.alias("h")).collect():
         g = row["__g"]
         latest[g] = max(latest[g], row["m"])
@@ -341,10 +344,14 @@ def join(
     tagged = cache.keep(
         c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
     )
-    found = collect_ctis(tagged, state.latest)
+    # without edges on either side every pair is complete when it forms: nothing to search
+    edges = left.edges or right.edges
+    found = collect_ctis(tagged, state.latest, search=edges)
     latest = found.latest
 
     def when_known(pairs: DataFrame) -> DataFrame:
+        if not edges:
+            return pairs.withColumn("__det", F.when(F.lit(False), F.col(_AT)))
         for x, other, c in (("l", 1, c_r), ("r", 0, c_l)):  # a side's end, the other's CTIs
             known = F.when(F.col(f"__{x}_c").isNotNull(), F.col(f"__{x}_end"))
             pairs = _first_cti_at_or_above(
@@ -419,7 +426,7 @@ def join(
         for i in (0, 1)
     ]
     new_state = JoinState(held, hold(still), latest, max(state.emitted, min(latest)))
-    out = Flow(events_out, ctis, left.edges or right.edges)
+    out = Flow(events_out, ctis, edges)
     key = keyed_inputs([left, right], list(keyed_sides), on)
     if key is None:
         return out, new_state
