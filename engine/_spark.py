@@ -31,6 +31,11 @@ __all__ = [
 #:   first input batch, as a small write waits for a delayed acknowledgement. With
 #:   :func:`settle_worker`, a job of 1,000 rows through two of them took 200-250 ms (median)
 #:   instead of 280-310 (``python -m benchmarks.workers``; benchmarks/README.md, session 14).
+#: * Spark keeps the classes it compiled for generated code in a cache of 100 entries by default
+#:   (keyed by the code's text). An epoch of a join feeding a hopping window runs about 200
+#:   distinct pieces of generated code, so the cache evicted each before its next use and Spark
+#:   compiled about 1,000 pieces per B2 run of four epochs (4-5 s of a 24 s run); with room for
+#:   1,000 it compiles only code it has not seen (benchmarks/README.md, session 21).
 LEAN_SESSION = {
     "spark.sql.ui.retainedExecutions": "20",
     "spark.ui.retainedJobs": "50",
@@ -38,6 +43,7 @@ LEAN_SESSION = {
     "spark.ui.retainedTasks": "1000",
     "spark.buffer.pageSize": "2m",
     "spark.python.unix.domain.socket.enabled": "true",
+    "spark.sql.codegen.cache.maxEntries": "1000",
 }
 
 
