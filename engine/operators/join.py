@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
+from engine.errors import QueryBuildError
 from engine.rows import (
     CTI,
     EDGE,
@@ -73,7 +74,18 @@ class JoinState:
 
 
 def output_columns(left: list[str], right: list[str]) -> list[str]:
-    return [*left, *(f"right_{c}" if c in left else c for c in right)]
+    """The join's payload names: ``left``'s, then ``right``'s, a clashing one ``right_``-prefixed.
+    Raises :class:`QueryBuildError` when a prefixed name is taken too."""
+    names = [*left, *(f"right_{c}" if c in left else c for c in right)]
+    taken = sorted({n for n in names if names.count(n) > 1})
+    if taken:
+        raise QueryBuildError(
+            f"join: the output would have two columns named {taken[0]!r} (left columns "
+            f"{left}, right columns {right}; a right column whose name the left side has gets "
+            f"a 'right_' prefix). Expected distinct names. Fix: rename a column with select() "
+            "on one side before the join"
+        )
+    return names
 
 
 def _moment(pos: Column, side: int, order: int) -> Column:

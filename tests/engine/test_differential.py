@@ -281,6 +281,42 @@ def test_a_window_over_a_join_matches_the_reference(app, cuts):
     _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
 
 
+@pytest.mark.parametrize("cuts", [[], [4], [2, 7]])
+def test_a_join_read_by_a_window_and_by_another_join_keeps_its_edges(app, cuts):
+    # A join read by a window and by another operator (a projection into a second join): the
+    # join is computed once per epoch for both, and gives the window intervals only where
+    # windows are its sole readers (docs/decisions.md). Egress releases by lifetimes and CTIs,
+    # so the outputs cannot tell the two forms apart; this pins the shared join over cuts.
+    script = EventScript()
+    script.insert("b", edge_start(0, {"k": 1, "v": 10}))
+    script.insert("a", interval(1, 5, {"k": 1, "v": 1}))
+    script.insert("a", interval(2, 12, {"k": 1, "v": 2}))
+    script.cti("a", 3)
+    script.cti("b", 3)  # the join's CTI passes both starts: the START edges are released
+    script.cti("b", 5)  # [1, 5) known now, after it formed
+    script.cti("a", 11)
+    script.cti("b", 12)  # [2, 12) known
+    script.insert("b", edge_end(0, 30, {"k": 1, "v": 10}))
+    script.cti("a", 40)
+    script.cti("b", 40)
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+    shapes = {"a": EventShape.INTERVAL, "b": EventShape.EDGE}
+    case = Case(script, shapes, dict.fromkeys("ab", explicit), 12)
+    count = (("n", len),)
+    joined = Join(Input("a"), Input("b"), ("k",))
+    pairs = Select(joined, lambda p: {"k": p["k"], "v": p["v"], "w": p["right_v"]})
+    plan = Join(pairs, Window(joined, 10, 10, ("k",), count), ("k",))
+    expected = run_reference(case.script, _bindings(case), plan, EventShape.EDGE)
+    assert any(e.edge is not None for e in expected.output), "the scenario must have edges"
+
+    def build(s):
+        j = s["a"].join(s["b"], on="k")
+        counts = j.tumbling_window(10).group_by("k").aggregate(n=F.count("*"))
+        return j.select("k", "v", F.col("right_v").alias("w")).join(counts, on="k")
+
+    _agree(app, case, plan, build, EventShape.EDGE, cuts)
+
+
 @pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7]])
 def test_payload_names_that_sql_must_quote_match_the_reference(app, cuts):
     # Per-epoch plans are SQL text (docs/decisions.md): a reserved word and a name with a space

@@ -18,6 +18,7 @@ from engine import (
     AdvanceTimeGenerationSettings,
     AdvanceTimeSettings,
     EventShape,
+    QueryBuildError,
     cti,
     edge_end,
     edge_start,
@@ -151,3 +152,18 @@ def test_join_state_holds_only_what_can_still_meet_a_future_event(app, flush, he
     # at 19), r keeps its intervals ending after 19 ([15, 20) .. [19, 24)). After +inf: nothing.
     [join_state] = query.operator_metrics().values()
     assert join_state["state_rows"] == held
+
+
+def test_a_join_whose_prefixed_name_is_taken_is_refused_with_the_names(app):
+    # l ⋈ r has k, v, right_k, right_v; joined with r again, r's k would be right_k a second time
+    script = EventScript()
+    script.insert("l", interval(0, 10, {"k": 1, "v": "a"}))
+    script.insert("r", interval(0, 10, {"k": 1, "v": "x"}))
+    inputs = {"l": In(EventShape.INTERVAL, EVERY), "r": In(EventShape.INTERVAL, EVERY)}
+
+    def build(s):
+        return s["l"].join(s["r"], on="k").join(s["r"], on="k")
+
+    message = r"two columns named 'right_k' .*Fix: rename a column with select\(\)"
+    with pytest.raises(QueryBuildError, match=message):
+        spark_run(app, script, inputs, build, EventShape.INTERVAL, 1)
