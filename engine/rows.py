@@ -84,6 +84,11 @@ class EpochCache:
             df.unpersist()
         self._kept.clear()
 
+    def adopt(self, other: EpochCache) -> None:
+        """Take ``other``'s frames: they are released with this cache's."""
+        self._kept.extend(other._kept)
+        other._kept.clear()
+
 
 @dataclass(frozen=True)
 class Flow:
@@ -126,6 +131,30 @@ def checkpoint(df: DataFrame, eager: bool = True, level: StorageLevel | None = N
     if made is not None:
         made.append(out)
     return out
+
+
+@contextmanager
+def made_checkpoints() -> Iterator[list[DataFrame]]:
+    """The local checkpoints made in this block (in this context), to be recorded later by an
+    epoch that takes them (:func:`adopt_checkpoints`) or released (:func:`release_checkpoints`)."""
+    made: list[DataFrame] = []
+    token = _made.set(made)
+    try:
+        yield made
+    finally:
+        _made.reset(token)
+
+
+def adopt_checkpoints(made: list[DataFrame]) -> None:
+    """Record ``made`` (see :func:`made_checkpoints`) as made in the current recording."""
+    current = _made.get()
+    if current is not None:
+        current.extend(made)
+
+
+def release_checkpoints(made: list[DataFrame]) -> None:
+    for df in made:
+        df._jdf.queryExecution().analyzed().rdd().unpersist(False)
 
 
 class Checkpoints:

@@ -4,7 +4,8 @@ A run cuts the arrival sequence of all inputs into epochs (contiguous ranges of 
 Each epoch is one pass over the plan: ingress per input (in import order), operators, egress;
 state goes from one epoch to the next. A bounded run reads each epoch's items of an input on the
 executors, from where the epoch before stopped, in the Python task that runs ingress's scan over
-them. Output is the same for any cut (semantics §4).
+them; the next epoch's ingress runs in a thread while this epoch's operators run (``_Ahead``).
+Output is the same for any cut (semantics §4).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from pyspark import StorageLevel
+from pyspark import InheritableThread, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -61,10 +62,13 @@ from engine.rows import (
     Checkpoints,
     EpochCache,
     Flow,
+    adopt_checkpoints,
     checkpoint,
+    made_checkpoints,
     payload_columns,
     pos_literal,
     release,
+    release_checkpoints,
 )
 from engine.schema import check_payload_names, schema_differences
 from engine.source import SourceRead, read_input
@@ -100,6 +104,7 @@ class Runtime:
     _ingress: dict[int, IngressState] = field(init=False, default_factory=dict)
     _ordering: dict[int, OrderingState] = field(init=False, default_factory=dict)
     _trace: Any = field(init=False, default=None)  # engine.trace.Trace of a traced run
+    _ahead: _Ahead | None = field(init=False, default=None)  # the next epoch's ingress, running
     #: print a line per epoch to stderr: None (off), 0 (count unknown) or the number of epochs
     progress: int | None = field(init=False, default=None)
 
@@ -310,16 +315,24 @@ class Runtime:
             for k, (lo, hi) in enumerate(bounds):
                 last = k == len(bounds) - 1
                 reads = {b.spec.index: self._source_read(b, hi) for b in self.inputs}
-                self.run_epoch(k, reads | raws, lo, hi, stop and last, delivered)
+                upcoming = None
+                if not last and trace is None:  # its ingress runs while this epoch's operators do
+                    after = k + 1 == len(bounds) - 1
+                    upcoming = _Upcoming(raws, *bounds[k + 1], stop and after)
+                self.run_epoch(k, reads | raws, lo, hi, stop and last, delivered, upcoming=upcoming)
         finally:
             self._trace = None  # only this run is traced (not a later start())
+            self._drop_ahead()
             self.output.close()
             release(raws)
 
-    def _source_read(self, b: BoundInput, until: int | None) -> SourceRead:
+    def _source_read(
+        self, b: BoundInput, until: int | None, ingress: dict[int, IngressState] | None = None
+    ) -> SourceRead:
         """Input ``b`` from where its last epoch stopped (everything before the first epoch) up
-        to the first item stamped ``until`` or later."""
-        parts = self._ingress[b.spec.index].partitions
+        to the first item stamped ``until`` or later. ``ingress``: the states to read on from
+        (default: the committed ones)."""
+        parts = (self._ingress if ingress is None else ingress)[b.spec.index].partitions
         ranges = [None if s.ended else (s.next, None) for s in parts]
         return SourceRead(
             b.adapter,
@@ -345,6 +358,7 @@ class Runtime:
         }
         self._ops: dict[int, Any] = {}
         self._egress = EgressState()
+        self._drop_ahead()
 
     def run_epoch(
         self,
@@ -355,19 +369,29 @@ class Runtime:
         stopping: bool,
         delivered: int | None,
         as_read: Collection[int] | None = None,
+        upcoming: _Upcoming | None = None,
     ) -> None:
         """Run epoch ``k`` (items with arrival in [lo, hi)) and deliver it unless the output
         already has it. ``raws``: per input, its raw rows (filtered to the epoch here), or the
         read of the epoch's rows. ``as_read``: the inputs whose raw rows are as read (None:
-        all); the others had rows added. Bad input found in it (a malformed record,
-        a CTI violation without a policy, an END edge without a START) delivers everything
-        before the first bad item and then raises."""
+        all); the others had rows added. ``upcoming``: the next epoch of a bounded run, whose
+        ingress then runs while this epoch's operators do. Bad input found in it (a malformed
+        record, a CTI violation without a policy, an END edge without a START) delivers
+        everything before the first bad item and then raises."""
         t0 = time.perf_counter()
         stopped: _StopEpoch | None = None
         limit = None
         while True:
             try:
-                items = self._epoch(raws, lo, hi, stopping and stopped is None, limit, as_read)
+                items = self._epoch(
+                    raws,
+                    lo,
+                    hi,
+                    stopping and stopped is None,
+                    limit,
+                    as_read,
+                    upcoming if stopped is None else None,
+                )
                 break
             except _StopEpoch as found:
                 # Run again up to it: an input after the one that found it may hold an earlier
@@ -462,69 +486,40 @@ class Runtime:
         stopping: bool,
         before: tuple | None,
         as_read: Collection[int] | None = None,
+        upcoming: _Upcoming | None = None,
     ) -> list:
         """One epoch: items with arrival in [lo, hi) (and position < ``before``). Commits the new
         states only when the whole epoch succeeded."""
         cache = EpochCache()
+        done = False
         try:
             with self._held.recording():
-                return self._epoch_plan(raws, lo, hi, stopping, before, cache, as_read)
+                items = self._epoch_plan(raws, lo, hi, stopping, before, cache, as_read, upcoming)
+            done = True
+            return items
         finally:
+            if not done:  # the next epoch's ingress started from states now not committed
+                self._drop_ahead()
             cache.release()
             with self._release_lock:
                 self._held.release_all_but(self._ingress, self._ordering, self._ops, self._egress)
 
-    def _epoch_plan(self, raws, lo, hi, stopping, before, cache: EpochCache, as_read) -> list:
+    def _epoch_plan(
+        self, raws, lo, hi, stopping, before, cache: EpochCache, as_read, upcoming
+    ) -> list:
         trace = self._trace
         if trace is not None:
             trace.begin_epoch(lo, hi)
-        flows: dict[int, Flow] = {}
-        ingress = dict(self._ingress)
-        ordering = dict(self._ordering)
-        ops = dict(self._ops)
-        for b in self._order:
-            raw = raws[b.spec.index]
-            read = None
-            if isinstance(raw, SourceRead):  # the epoch's rows, read where the scan runs
-                read = raw if before is None else replace(raw, before=before)
-                raw = read.frame(self.spark)
-            else:
-                if lo is not None:
-                    raw = raw.filter(F.col("__arr") >= lo)
-                if hi is not None:
-                    raw = raw.filter(F.col("__arr") < hi)
-                if before is not None:
-                    raw = raw.filter(F.col(POS) < pos_literal(*before))
-            if b.spec.ordering is not None:  # §7 before §3 (engine/ordering.py)
-                idx = b.spec.index
-                raw, ordering[idx] = order_epoch(
-                    b.spec.ordering,
-                    raw,
-                    ordering[idx],
-                    cache,
-                    # traced: the timeline marks what §7 dropped or moved
-                    decided=None if trace is None else lambda d, s=b.spec: trace.ordering(s, d),
-                )
-            imp = b.spec.settings.import_settings if b.spec.settings else None
-            imports = None
-            if imp is not None:
-                imports = flows[id(self._node(imp.stream_name))].ctis
-            flow, ingress[b.spec.index] = ingress_epoch(
-                self.spark,
-                b.spec,
-                raw,
-                imports,
-                stopping and b.spec.flush_on_stop,
-                ingress[b.spec.index],
-                cache,
-                trace,
-                # an input's partitions come in position order as read, §7 reorders them
-                b.spec.ordering is None and (as_read is None or b.spec.index in as_read),
-                read,
+        ahead = self._take_ahead((lo, hi, stopping), cache) if before is None else None
+        if ahead is None:
+            flows, ingress, ordering = self._ingress_all(
+                raws, lo, hi, stopping, before, cache, as_read, self._ingress, self._ordering
             )
-            flows[id(b.node)] = flow
-            if trace is not None:  # the input's keyed CTIs (made after trace.ingress)
-                trace.input_flow(b.spec, flow)
+        else:
+            flows, ingress, ordering = ahead
+        if upcoming is not None:
+            self._ahead = _Ahead.start(self, upcoming, ingress, ordering)
+        ops = dict(self._ops)
         lifetimes_only = set() if trace is not None else self._for_lifetimes
         for node in walk(self.root):
             if isinstance(node, InputNode):
@@ -619,8 +614,164 @@ class Runtime:
         self._ordering = ordering
         return items
 
+    def _ingress_all(
+        self,
+        raws: dict[int, Any],
+        lo: int | None,
+        hi: int | None,
+        stopping: bool,
+        before: tuple | None,
+        cache: EpochCache,
+        as_read: Collection[int] | None,
+        ingress: dict[int, IngressState],
+        ordering: dict[int, OrderingState],
+    ) -> tuple[dict[int, Flow], dict[int, IngressState], dict[int, OrderingState]]:
+        """Every input's ingress for one epoch (in import order), from the states ``ingress``
+        and ``ordering``: the inputs' flows (by node id) and the states after the epoch."""
+        trace = self._trace
+        flows: dict[int, Flow] = {}
+        ingress, ordering = dict(ingress), dict(ordering)
+        for b in self._order:
+            raw = raws[b.spec.index]
+            read = None
+            if isinstance(raw, SourceRead):  # the epoch's rows, read where the scan runs
+                read = raw if before is None else replace(raw, before=before)
+                raw = read.frame(self.spark)
+            else:
+                if lo is not None:
+                    raw = raw.filter(F.col("__arr") >= lo)
+                if hi is not None:
+                    raw = raw.filter(F.col("__arr") < hi)
+                if before is not None:
+                    raw = raw.filter(F.col(POS) < pos_literal(*before))
+            if b.spec.ordering is not None:  # §7 before §3 (engine/ordering.py)
+                idx = b.spec.index
+                raw, ordering[idx] = order_epoch(
+                    b.spec.ordering,
+                    raw,
+                    ordering[idx],
+                    cache,
+                    # traced: the timeline marks what §7 dropped or moved
+                    decided=None if trace is None else lambda d, s=b.spec: trace.ordering(s, d),
+                )
+            imp = b.spec.settings.import_settings if b.spec.settings else None
+            imports = None
+            if imp is not None:
+                imports = flows[id(self._node(imp.stream_name))].ctis
+            flow, ingress[b.spec.index] = ingress_epoch(
+                self.spark,
+                b.spec,
+                raw,
+                imports,
+                stopping and b.spec.flush_on_stop,
+                ingress[b.spec.index],
+                cache,
+                trace,
+                # an input's partitions come in position order as read, §7 reorders them
+                b.spec.ordering is None and (as_read is None or b.spec.index in as_read),
+                read,
+            )
+            flows[id(b.node)] = flow
+            if trace is not None:  # the input's keyed CTIs (made after trace.ingress)
+                trace.input_flow(b.spec, flow)
+        return flows, ingress, ordering
+
+    def _take_ahead(self, epoch: tuple, cache: EpochCache) -> tuple | None:
+        """The ingress of ``epoch`` (lo, hi, stopping) if it ran ahead, its cached frames now
+        ``cache``'s and its checkpoints this epoch's; raises what it raised."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        if ahead.upcoming.epoch != epoch:  # pragma: no cover - run() passes the next epoch
+            ahead.drop()
+            return None
+        return ahead.adopt(cache)
+
+    def _drop_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.drop()
+
     def _node(self, name: str) -> InputNode:
         return next(b.node for b in self.inputs if b.spec.name == name)
+
+
+@dataclass(frozen=True)
+class _Upcoming:
+    """The next epoch of a bounded run: the inputs read whole (the others are read from where
+    this epoch's ingress leaves them), its bounds and whether the run stops after it."""
+
+    raws: dict[int, DataFrame]
+    lo: int | None
+    hi: int | None
+    stopping: bool
+
+    @property
+    def epoch(self) -> tuple:
+        return (self.lo, self.hi, self.stopping)
+
+
+@dataclass
+class _Ahead:
+    """The next epoch's ingress, run in a thread of its own while this epoch's operators and
+    egress run: a bounded input's scan is one task per source partition (B1's input is one),
+    so it leaves a core to the operators' jobs and the driver's planning. It starts from the
+    states this epoch's ingress leaves, before they are committed: if this epoch fails, it is
+    dropped (``engine.runtime.Runtime._epoch``)."""
+
+    upcoming: _Upcoming
+    cache: EpochCache
+    thread: threading.Thread
+    made: list[DataFrame] = field(default_factory=list)
+    result: tuple | None = None
+    error: BaseException | None = None
+
+    @classmethod
+    def start(
+        cls,
+        rt: Runtime,
+        upcoming: _Upcoming,
+        ingress: dict[int, IngressState],
+        ordering: dict[int, OrderingState],
+    ) -> _Ahead:
+        reads = {b.spec.index: rt._source_read(b, upcoming.hi, ingress) for b in rt.inputs}
+        raws = reads | upcoming.raws
+
+        def work() -> None:
+            with made_checkpoints() as made:
+                ahead.made = made
+                try:
+                    ahead.result = rt._ingress_all(
+                        raws,
+                        upcoming.lo,
+                        upcoming.hi,
+                        upcoming.stopping,
+                        None,
+                        ahead.cache,
+                        None,
+                        ingress,
+                        ordering,
+                    )
+                except BaseException as e:  # raised where the epoch takes it (adopt)
+                    ahead.error = e
+
+        ahead = cls(upcoming, EpochCache(), InheritableThread(target=work, daemon=True))
+        ahead.thread.start()
+        return ahead
+
+    def adopt(self, cache: EpochCache) -> tuple:
+        self.thread.join()
+        cache.adopt(self.cache)
+        adopt_checkpoints(self.made)
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+    def drop(self) -> None:
+        self.thread.join()
+        self.cache.release()
+        release_checkpoints(self.made)
 
 
 def _check_read_batches(name: str, adapter: InputAdapter) -> None:
