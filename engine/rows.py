@@ -186,6 +186,11 @@ class Checkpoints:
         """Unpersist every recorded checkpoint that no DataFrame in ``kept`` (see
         :func:`frames`) reads from."""
         live = {r.id(): r for df in frames(kept) for r in leaf_rdds(df)}
+        for i, rdd in live.items():
+            if i in self._known and not rdd.isCheckpointed():
+                # a lazy checkpoint that state reads and no job computed yet: computed now,
+                # while the checkpoints it is computed from are still there
+                rdd.count()
         for i, rdd in self._known.items():
             if i not in live:
                 rdd.unpersist(False)

@@ -209,9 +209,7 @@ def window_aggregate(
     partials = None
     if merging:
         assert merges is not None
-        grouped, partials = _merge_partials(
-            exploded, spec, merges[0], state.partials, c_last, cache
-        )
+        grouped, partials = _merge_partials(exploded, spec, merges[0], state.partials, c_last)
     else:
         grouped = exploded.groupBy(_WS, *spec.keys).agg(
             *(col.alias(name) for name, col in spec.aggregates)
@@ -362,7 +360,6 @@ def _merge_partials(
     merges: list[_Merge],
     held: DataFrame | None,
     c_last: int,
-    cache: EpochCache,
 ) -> tuple[DataFrame, DataFrame | None]:
     """The partial aggregates of the epoch's (event, window) pairs merged with the held ones:
     the results of the windows that complete now (``__ws``, keys, aggregates) and the partial
@@ -377,12 +374,15 @@ def _merge_partials(
             for sql, (name, _) in zip(m.merge, m.partial, strict=True)
         ]
         merged = held.unionByName(merged).groupBy(_WS, *spec.keys).agg(*again)
-    merged = cache.keep(merged)
+    # A lazy checkpoint: the job that reads the results (egress, as a rule) computes it, and the
+    # open windows' state is a selection over it, without a job of its own (the epoch computes
+    # it at its end if no job read it: engine.rows.Checkpoints.release_all_but)
+    merged = checkpoint(merged, eager=False)
     done = "true" if c_last == MAX_TIME else f"{_WS} + {spec.size} <= {c_last}"
     names = sql_names([name for name, _ in spec.aggregates])
     finals = [f"{m.final} AS {n}" for m, n in zip(merges, names, strict=True)]
     complete = merged.filter(done).selectExpr(_WS, *keys, *finals)
-    still_open = None if c_last == MAX_TIME else hold(merged.filter(f"NOT ({done})"))
+    still_open = None if c_last == MAX_TIME else merged.filter(f"NOT ({done})")
     return complete, still_open
 
 

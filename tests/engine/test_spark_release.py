@@ -30,7 +30,7 @@ from engine import (
     interval,
     point,
 )
-from engine.rows import frames, leaf_rdds
+from engine.rows import Checkpoints, checkpoint, frames, leaf_rdds
 
 S = 1_000_000
 EVERY_5 = AdvanceTimeSettings(
@@ -131,3 +131,23 @@ def test_a_run_that_fails_while_the_next_epoch_is_read_ahead_leaves_only_its_sta
     assert [e.payload["v"] for e in delivered if e.payload] == [float(i) for i in range(19)]
     assert _kept(app.spark) - before <= _state_reads(q)
     assert q._runtime._ahead is None
+
+
+def test_state_over_a_lazy_checkpoint_no_job_read_is_computed_before_its_source_goes(app):
+    # A window keeps its open windows as a selection over a lazy checkpoint of the merged
+    # partial aggregates, which the epoch's egress job computes. Should no job read it in its
+    # epoch, releasing what the epoch replaced would leave it nothing to be computed from:
+    # release_all_but computes it first.
+    spark = app.spark
+    held = Checkpoints()
+    with held.recording():
+        old = checkpoint(spark.range(10).selectExpr("id AS k", "id * 2 AS v"))
+    with held.recording():
+        merged = checkpoint(old.selectExpr("k", "v + 1 AS v"), eager=False)
+        state = merged.filter("k < 5")
+    rdd = merged._jdf.queryExecution().analyzed().rdd()
+    assert not rdd.isCheckpointed()
+    held.release_all_but([state])
+    assert rdd.isCheckpointed()
+    assert sorted(tuple(r) for r in state.collect()) == [(k, 2 * k + 1) for k in range(5)]
+    assert not old._jdf.queryExecution().analyzed().rdd().getStorageLevel().useMemory()
