@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark import StorageLevel
+from pyspark import SparkContext, StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
@@ -182,15 +182,29 @@ class Checkpoints:
                 rdd = df._jdf.queryExecution().analyzed().rdd()
                 self._known[rdd.id()] = rdd
 
+    def compute(self, *kept: Any) -> None:
+        """Compute, in one job, the recorded lazy checkpoints that ``kept`` (see :func:`frames`)
+        reads and that no job has computed yet (:func:`hold` makes state that way), while the
+        frames and checkpoints they are computed from are still there."""
+        pending = {
+            r.id(): r
+            for df in frames(kept)
+            for r in leaf_rdds(df)
+            if r.id() in self._known and not r.isCheckpointed()
+        }
+        if not pending:
+            return
+        sc = SparkContext._active_spark_context
+        assert sc is not None and sc._gateway is not None and sc._jvm is not None
+        together = sc._gateway.new_array(sc._jvm.org.apache.spark.api.java.JavaRDD, len(pending))
+        for k, rdd in enumerate(pending.values()):
+            together[k] = rdd.toJavaRDD()
+        sc._jsc.union(together).count()  # each one's partitions kept as they are computed
+
     def release_all_but(self, *kept: Any) -> None:
         """Unpersist every recorded checkpoint that no DataFrame in ``kept`` (see
         :func:`frames`) reads from."""
         live = {r.id(): r for df in frames(kept) for r in leaf_rdds(df)}
-        for i, rdd in live.items():
-            if i in self._known and not rdd.isCheckpointed():
-                # a lazy checkpoint that state reads and no job computed yet: computed now,
-                # while the checkpoints it is computed from are still there
-                rdd.count()
         for i, rdd in self._known.items():
             if i not in live:
                 rdd.unpersist(False)
@@ -248,9 +262,10 @@ def hold(df: DataFrame) -> DataFrame:
     """Keep ``df`` as operator state for the next epoch (a local checkpoint, which cuts its
     lineage), in at most ``spark.sql.shuffle.partitions`` partitions: state that is the union of
     the previous state and the epoch's new rows would otherwise gain partitions every epoch,
-    and every later epoch would run a task per partition."""
+    and every later epoch would run a task per partition. Lazy: the epoch computes all its
+    state in one job at its end (:meth:`Checkpoints.compute`), not a job per operator."""
     n = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    return checkpoint(df.coalesce(n))
+    return checkpoint(df.coalesce(n), eager=False)
 
 
 def pos_literal(arr: int, inp: int, off: int, part: int = 0, sub: int = 0) -> Column:

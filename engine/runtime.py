@@ -489,24 +489,27 @@ class Runtime:
         upcoming: _Upcoming | None = None,
     ) -> list:
         """One epoch: items with arrival in [lo, hi) (and position < ``before``). Commits the new
-        states only when the whole epoch succeeded."""
+        states only when the whole epoch succeeded, their rows computed."""
         cache = EpochCache()
-        done = False
         try:
             with self._held.recording():
-                items = self._epoch_plan(raws, lo, hi, stopping, before, cache, as_read, upcoming)
-            done = True
+                items, states = self._epoch_plan(
+                    raws, lo, hi, stopping, before, cache, as_read, upcoming
+                )
+            self._held.compute(states)
+            self._ingress, self._ordering, self._ops, self._egress = states
             return items
+        except BaseException:
+            self._drop_ahead()  # the next epoch's ingress started from states not committed
+            raise
         finally:
-            if not done:  # the next epoch's ingress started from states now not committed
-                self._drop_ahead()
             cache.release()
             with self._release_lock:
                 self._held.release_all_but(self._ingress, self._ordering, self._ops, self._egress)
 
     def _epoch_plan(
         self, raws, lo, hi, stopping, before, cache: EpochCache, as_read, upcoming
-    ) -> list:
+    ) -> tuple[list, tuple]:
         trace = self._trace
         if trace is not None:
             trace.begin_epoch(lo, hi)
@@ -610,9 +613,7 @@ class Runtime:
         )
         if trace is not None:
             trace.end_epoch(root)
-        self._ingress, self._ops, self._egress = ingress, ops, egress
-        self._ordering = ordering
-        return items
+        return items, (ingress, ordering, ops, egress)
 
     def _ingress_all(
         self,

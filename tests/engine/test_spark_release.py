@@ -133,11 +133,11 @@ def test_a_run_that_fails_while_the_next_epoch_is_read_ahead_leaves_only_its_sta
     assert q._runtime._ahead is None
 
 
-def test_state_over_a_lazy_checkpoint_no_job_read_is_computed_before_its_source_goes(app):
-    # A window keeps its open windows as a selection over a lazy checkpoint of the merged
-    # partial aggregates, which the epoch's egress job computes. Should no job read it in its
-    # epoch, releasing what the epoch replaced would leave it nothing to be computed from:
-    # release_all_but computes it first.
+def test_state_kept_as_lazy_checkpoints_is_computed_in_one_job_before_its_source_goes(app):
+    # Operators keep state as lazy checkpoints (a window's open windows are a selection over
+    # one that the epoch's egress job computes; held events are computed by no job of theirs).
+    # Releasing what the epoch replaced would leave them nothing to be computed from: the epoch
+    # computes them first, all in one job.
     spark = app.spark
     held = Checkpoints()
     with held.recording():
@@ -145,9 +145,18 @@ def test_state_over_a_lazy_checkpoint_no_job_read_is_computed_before_its_source_
     with held.recording():
         merged = checkpoint(old.selectExpr("k", "v + 1 AS v"), eager=False)
         state = merged.filter("k < 5")
-    rdd = merged._jdf.queryExecution().analyzed().rdd()
-    assert not rdd.isCheckpointed()
-    held.release_all_but([state])
-    assert rdd.isCheckpointed()
+        other = checkpoint(old.selectExpr("k * 10 AS k"), eager=False)
+    rdds = [df._jdf.queryExecution().analyzed().rdd() for df in (merged, other)]
+    assert not any(r.isCheckpointed() for r in rdds)
+    sc = spark.sparkContext
+    sc.setJobGroup("compute-state", "the epoch's state")
+    try:
+        held.compute([state, other])
+    finally:
+        sc.setJobGroup(None, None)  # type: ignore[arg-type]
+    assert len(sc.statusTracker().getJobIdsForGroup("compute-state")) == 1
+    assert all(r.isCheckpointed() for r in rdds)
+    held.release_all_but([state, other])
     assert sorted(tuple(r) for r in state.collect()) == [(k, 2 * k + 1) for k in range(5)]
+    assert sorted(r[0] for r in other.collect()) == [k * 10 for k in range(10)]
     assert not old._jdf.queryExecution().analyzed().rdd().getStorageLevel().useMemory()
