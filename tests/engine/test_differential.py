@@ -44,6 +44,9 @@ from tests.reference import (
 from tests.strategies import COLUMNS, SCHEMA, Case, cases, epoch_cuts
 
 SEARCHES = ["on the driver", "by a sort"]
+#: the hand-written timelines' settings: a CTI generated every 10**6 events, i.e. only the
+#: script's explicit CTIs
+EXPLICIT = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
 SHAPES = st.sampled_from([EventShape.POINT, EventShape.INTERVAL, EventShape.EDGE])
 
 
@@ -210,8 +213,7 @@ def test_join_pairs_waiting_across_epochs_match_the_reference(app, cuts, search,
     script.cti("b", 6)
     script.cti("b", 9)  # at a's end: key 2's pair ends at 9
     script.cti("a", 20)
-    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
-    case = Case(script, dict.fromkeys("ab", EventShape.EDGE), dict.fromkeys("ab", explicit), 10)
+    case = Case(script, dict.fromkeys("ab", EventShape.EDGE), dict.fromkeys("ab", EXPLICIT), 10)
     plan = (AntiJoin if anti else Join)(Input("a"), Input("b"), ("k",))
 
     def build(s):
@@ -262,9 +264,8 @@ def test_a_window_over_a_join_matches_the_reference(app, cuts):
     script.insert("a", interval(16, 25, {"k": 1, "v": 5}))
     script.cti("b", 30)
     script.cti("a", 30)
-    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
     shapes = {"a": EventShape.INTERVAL, "b": EventShape.EDGE}
-    case = Case(script, shapes, dict.fromkeys("ab", explicit), 19)
+    case = Case(script, shapes, dict.fromkeys("ab", EXPLICIT), 19)
     total = (("n", len), ("s", lambda rows: sum(r["v"] + r["right_v"] for r in rows)))
     plan = Window(Join(Input("a"), Input("b"), ("k",)), 10, 5, ("k",), total)
     expected = run_reference(case.script, _bindings(case), plan, EventShape.INTERVAL)
@@ -299,9 +300,8 @@ def test_a_join_read_by_a_window_and_by_another_join_keeps_its_edges(app, cuts):
     script.insert("b", edge_end(0, 30, {"k": 1, "v": 10}))
     script.cti("a", 40)
     script.cti("b", 40)
-    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
     shapes = {"a": EventShape.INTERVAL, "b": EventShape.EDGE}
-    case = Case(script, shapes, dict.fromkeys("ab", explicit), 12)
+    case = Case(script, shapes, dict.fromkeys("ab", EXPLICIT), 12)
     count = (("n", len),)
     joined = Join(Input("a"), Input("b"), ("k",))
     pairs = Select(joined, lambda p: {"k": p["k"], "v": p["v"], "w": p["right_v"]})
@@ -333,7 +333,6 @@ def test_payload_names_that_sql_must_quote_match_the_reference(app, cuts):
     script.cti("a", 15)
     script.insert("a", edge_end(5, 16, {"order": 1, "unit price": 3}))
     script.cti("a", 30)
-    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
     plan = Window(
         Where(Input("a"), lambda r: r["unit price"] > 0),
         10,
@@ -341,7 +340,7 @@ def test_payload_names_that_sql_must_quote_match_the_reference(app, cuts):
         ("order",),
         (("total", lambda rows: sum(r["unit price"] for r in rows)),),
     )
-    expected = run_reference(script, [Binding("a", explicit, columns)], plan, EventShape.EDGE)
+    expected = run_reference(script, [Binding("a", EXPLICIT, columns)], plan, EventShape.EDGE)
     assert expected.output, "the scenario must produce windows"
 
     def build(s):
@@ -352,7 +351,7 @@ def test_payload_names_that_sql_must_quote_match_the_reference(app, cuts):
             .aggregate(total=F.sum(F.col("unit price")))
         )
 
-    inputs = {"a": In(EventShape.EDGE, explicit, "`order` bigint, `unit price` bigint")}
+    inputs = {"a": In(EventShape.EDGE, EXPLICIT, "`order` bigint, `unit price` bigint")}
     output, _ = spark_run(app, script, inputs, build, EventShape.EDGE, cuts or 1)
     assert output == expected.output
 
