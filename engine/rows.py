@@ -182,33 +182,33 @@ class Checkpoints:
                 rdd = df._jdf.queryExecution().analyzed().rdd()
                 self._known[rdd.id()] = rdd
 
-    def compute(self, *kept: Any) -> None:
-        """Compute, in one job, the recorded lazy checkpoints that ``kept`` (see :func:`frames`)
-        reads and that no job has computed yet (:func:`hold` makes state that way), while the
-        frames and checkpoints they are computed from are still there."""
-        pending = {
-            r.id(): r
-            for df in frames(kept)
-            for r in leaf_rdds(df)
-            if r.id() in self._known and not r.isCheckpointed()
-        }
-        if not pending:
-            return
-        sc = SparkContext._active_spark_context
-        assert sc is not None and sc._gateway is not None and sc._jvm is not None
-        together = sc._gateway.new_array(sc._jvm.org.apache.spark.api.java.JavaRDD, len(pending))
-        for k, rdd in enumerate(pending.values()):
-            together[k] = rdd.toJavaRDD()
-        sc._jsc.union(together).count()  # each one's partitions kept as they are computed
-
-    def release_all_but(self, *kept: Any) -> None:
+    def release_all_but(self, *kept: Any, compute: bool = False) -> None:
         """Unpersist every recorded checkpoint that no DataFrame in ``kept`` (see
-        :func:`frames`) reads from."""
+        :func:`frames`) reads from. ``compute``: first compute, in one job, the recorded lazy
+        checkpoints that ``kept`` reads and no job has computed yet (:func:`hold` makes state
+        that way), while what they are computed from is still there."""
         live = {r.id(): r for df in frames(kept) for r in leaf_rdds(df)}
+        if compute:
+            _compute_together(
+                [r for i, r in live.items() if i in self._known and not r.isCheckpointed()]
+            )
         for i, rdd in self._known.items():
             if i not in live:
                 rdd.unpersist(False)
         self._known = live
+
+
+def _compute_together(rdds: list[Any]) -> None:
+    """Compute the JVM RDDs ``rdds`` (lazy local checkpoints) in one job: a count of their
+    union keeps each one's partitions as they are computed."""
+    if not rdds:
+        return
+    sc = SparkContext._active_spark_context
+    assert sc is not None and sc._gateway is not None and sc._jvm is not None
+    together = sc._gateway.new_array(sc._jvm.org.apache.spark.api.java.JavaRDD, len(rdds))
+    for k, rdd in enumerate(rdds):
+        together[k] = rdd.toJavaRDD()
+    sc._jsc.union(together).count()
 
 
 def leaf_rdds(df: DataFrame) -> list[Any]:
@@ -263,7 +263,8 @@ def hold(df: DataFrame) -> DataFrame:
     lineage), in at most ``spark.sql.shuffle.partitions`` partitions: state that is the union of
     the previous state and the epoch's new rows would otherwise gain partitions every epoch,
     and every later epoch would run a task per partition. Lazy: the epoch computes all its
-    state in one job at its end (:meth:`Checkpoints.compute`), not a job per operator."""
+    state in one job at its end (:meth:`Checkpoints.release_all_but` with ``compute``), not a
+    job per operator."""
     n = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     return checkpoint(df.coalesce(n), eager=False)
 

@@ -496,16 +496,18 @@ class Runtime:
                 items, states = self._epoch_plan(
                     raws, lo, hi, stopping, before, cache, as_read, upcoming
                 )
-            self._held.compute(states)
-            self._ingress, self._ordering, self._ops, self._egress = states
+            with self._release_lock:
+                # the new state's rows computed (one job), then what only old state read freed
+                self._held.release_all_but(states, compute=True)
+                self._ingress, self._ordering, self._ops, self._egress = states
             return items
         except BaseException:
             self._drop_ahead()  # the next epoch's ingress started from states not committed
+            with self._release_lock:
+                self._held.release_all_but(self._ingress, self._ordering, self._ops, self._egress)
             raise
         finally:
             cache.release()
-            with self._release_lock:
-                self._held.release_all_but(self._ingress, self._ordering, self._ops, self._egress)
 
     def _epoch_plan(
         self, raws, lo, hi, stopping, before, cache: EpochCache, as_read, upcoming

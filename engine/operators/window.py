@@ -376,7 +376,7 @@ def _merge_partials(
         merged = held.unionByName(merged).groupBy(_WS, *spec.keys).agg(*again)
     # A lazy checkpoint: the job that reads the results (egress, as a rule) computes it, and the
     # open windows' state is a selection over it, without a job of its own (the epoch computes
-    # it at its end if no job read it: engine.rows.Checkpoints.compute)
+    # it at its end if no job read it: engine.rows.Checkpoints.release_all_but)
     merged = checkpoint(merged, eager=False)
     done = "true" if c_last == MAX_TIME else f"{_WS} + {spec.size} <= {c_last}"
     names = sql_names([name for name, _ in spec.aggregates])

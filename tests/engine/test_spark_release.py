@@ -151,12 +151,11 @@ def test_state_kept_as_lazy_checkpoints_is_computed_in_one_job_before_its_source
     sc = spark.sparkContext
     sc.setJobGroup("compute-state", "the epoch's state")
     try:
-        held.compute([state, other])
+        held.release_all_but([state, other], compute=True)
     finally:
         sc.setJobGroup(None, None)  # type: ignore[arg-type]
     assert len(sc.statusTracker().getJobIdsForGroup("compute-state")) == 1
     assert all(r.isCheckpointed() for r in rdds)
-    held.release_all_but([state, other])
     assert sorted(tuple(r) for r in state.collect()) == [(k, 2 * k + 1) for k in range(5)]
     assert sorted(r[0] for r in other.collect()) == [k * 10 for k in range(10)]
     assert not old._jdf.queryExecution().analyzed().rdd().getStorageLevel().useMemory()
