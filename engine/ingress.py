@@ -37,6 +37,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from engine._spark import settle_worker
 from engine.errors import CtiViolationError, MalformedRecordError
 from engine.events import EdgeType, Event, EventKind
+from engine.operators.window import PushedWindow, merge_pushed, pushed_partials
 from engine.rows import (
     CTI,
     EDGE,
@@ -146,6 +147,7 @@ def ingress_epoch(
     trace: Any = None,
     in_order: bool = False,
     read: SourceRead | None = None,
+    pushed: PushedWindow | None = None,
 ) -> tuple[Flow, IngressState]:
     """Run one epoch of ``spec``'s ingress.
 
@@ -154,8 +156,10 @@ def ingress_epoch(
     in this epoch (``__pos``, ``__c``). ``flush_at_stop``: the query stops after this epoch and the
     input flushes on stop. ``in_order``: each of ``raw``'s Spark partitions holds one source
     partition's rows in position order (as the input was read). ``read``: how ``raw`` was read;
-    given with ``in_order``, the scan runs in the read's own Python task. Returns the input's
-    events and CTIs and the state after the epoch.
+    given with ``in_order``, the scan runs in the read's own Python task. ``pushed``: the window
+    that alone reads this input; the scan computes its partial aggregates and hands Spark those
+    (:attr:`Flow.partials`) instead of the events. Returns the input's events and CTIs and the
+    state after the epoch.
     """
     settings = spec.settings
     gen = settings.generation if settings else None
@@ -202,17 +206,20 @@ def ingress_epoch(
         gen.delay_ticks if gen is not None else 0,
         spec.flush_on_stop,
         policy is AdvanceTimePolicy.ADJUST,
+        pushed,
     )
     if in_order and not broadcast and read is not None:
         names = seq.schema.fieldNames()
         a = read.map(
-            spark, lambda raws: step(_own(b, names) for b in raws), _sequenced_schema(seq.schema)
+            spark,
+            lambda raws: step(_own(b, names) for b in raws),
+            _sequenced_schema(seq.schema, pushed),
         )
     elif in_order and not broadcast:
-        a = seq.mapInArrow(step, _sequenced_schema(seq.schema))
+        a = seq.mapInArrow(step, _sequenced_schema(seq.schema, pushed))
     else:
         ordered = seq.repartition(_P).sortWithinPartitions(_P, POS)
-        a = ordered.groupBy(_P).applyInArrow(step, _sequenced_schema(ordered.schema))
+        a = ordered.groupBy(_P).applyInArrow(step, _sequenced_schema(ordered.schema, pushed))
     a = cache.keep(a)
 
     new_state, first_violation, first_bad = _collect_state(a, state)
@@ -224,9 +231,14 @@ def ingress_epoch(
     if policy is None and first_violation is not None:
         violation = _StopEpoch(first_violation, _violation_error(a, spec, first_violation))
 
-    events = a.filter(f"{KIND} = 'INSERT' AND NOT __drop AND NOT ({EDGE} <=> 'END')").selectExpr(
+    # pushed: the scan handed Spark no events, only the rows that raise the CTI or break it
+    taken = "false" if pushed is not None else f"{KIND} = 'INSERT' AND NOT __drop"
+    events = a.filter(f"{taken} AND NOT ({EDGE} <=> 'END')").selectExpr(
         KIND, EDGE, f"CASE WHEN __adj THEN __cb ELSE {START} END AS {START}", END, POS, *quoted
     )
+    partials = None
+    if pushed is not None:
+        partials = a.filter(f"{KIND} = 'PARTIAL'").select(*pushed.keys, *pushed.fields.fieldNames())
     if spec.edges:
         try:
             closed, new_state.open_edges, dropped = _match_edges(a, spec, state.open_edges, cache)
@@ -248,7 +260,7 @@ def ingress_epoch(
     latest = new_state.emitted if new_state.emitted > state.emitted else MIN_TIME
     over = spec.ordering.over if spec.ordering is not None else None
     if over is None:
-        return Flow(events, ctis, spec.edges, latest=latest), new_state
+        return Flow(events, ctis, spec.edges, latest=latest, partials=partials), new_state
     candidates = cache.keep(_key_candidates(a, change, spec, state, new_state))
     keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
     new_state.key_seen = checkpoint(seen)
@@ -480,9 +492,10 @@ _COUNTS = [
 _LAST = ["arrival", "offset", "ended", "next"]
 
 
-def _sequenced_schema(schema: StructType) -> StructType:
+def _sequenced_schema(schema: StructType, pushed: PushedWindow | None = None) -> StructType:
     """The scan's output: its input's columns but ``__src``, then the sequenced ones and the
-    summary. Every column may be null: a STATE row has no payload and no position."""
+    summary, then ``pushed``'s window start and partial columns. Every column may be null: a
+    STATE row has no payload and no position, a PARTIAL row only its keys and partials."""
     pos = schema[POS].dataType
     summary = StructType([StructField(k, LongType()) for k in [*_CARRIED, *_COUNTS]])
     summary = summary.add("first_violation", pos).add("first_bad", pos)
@@ -491,7 +504,10 @@ def _sequenced_schema(schema: StructType) -> StructType:
     out = StructType([StructField(f.name, f.dataType) for f in schema.fields if f.name != _SRC])
     for name, typ in _SEQUENCED:
         out = out.add(name, typ)
-    return out.add(_SUM, summary)
+    out = out.add(_SUM, summary)
+    for f in pushed.fields.fields if pushed is not None else []:
+        out = out.add(f.name, f.dataType)
+    return out
 
 
 def _sequencer(
@@ -501,6 +517,7 @@ def _sequencer(
     delay: int,
     flush_on_stop: bool,
     adjust: bool,
+    pushed: PushedWindow | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The per-partition scan of §3 over one source partition's rows in arrival order.
 
@@ -516,7 +533,10 @@ def _sequencer(
     epoch, the epoch's counts, its first violation and malformed record, the arrival and offset
     of its last own item and whether that was its end. Only what later plans read leaves the
     scan: every column costs its conversion to Arrow and back and its place in the cached
-    output."""
+    output. With ``pushed``, the events taken go into the window's partial aggregates
+    (:func:`engine.operators.window.pushed_partials`) instead: the scan hands on only the rows
+    that raise or break the CTI, then one PARTIAL row per window and group, before STATE."""
+    extra = _pushed_arrow(pushed)
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
@@ -537,6 +557,7 @@ def _sequencer(
                 totals = dict.fromkeys(_COUNTS, 0)
                 firsts: dict[str, Any] = {"first_violation": None, "first_bad": None}
                 last: list[Any] = [None, None, 0, None]
+                partials: list[pa.Table] = []  # pushed: each batch's partial aggregates
             if part["min"] != carried["part"] or part["max"] != carried["part"]:
                 raise RuntimeError(
                     f"ingress scan: rows of source partitions {part} in the scan of partition "
@@ -638,11 +659,27 @@ def _sequencer(
                 "__drop": pa.array(viol & ~adj),
                 _SUM: pa.nulls(n, _summary_type(pos.type)),
             }
-            yield pa.RecordBatch.from_arrays(
+            columns.update({f.name: pa.nulls(n, f.type) for f in extra})
+            out = pa.RecordBatch.from_arrays(
                 [*(b.column(i) for i in kept), *columns.values()], names=[*schema.names, *columns]
             )
+            if pushed is None:
+                yield out
+                continue
+            taken = insert & ~(viol & ~adj) & ~is_end  # the events the window counts
+            if taken.any():
+                used = b.select(_pushed_columns(pushed))
+                if not taken.all():
+                    used = used.filter(pa.array(taken))
+                starts = np.where(adj, cb, start)[taken]
+                partials.append(pushed_partials(pushed, starts, end[taken], used))
+            handed = viol | (ca > cb)
+            if handed.any():
+                yield out.filter(pa.array(handed))
         if carried is None:
             return
+        if partials:
+            yield _partial_rows(pushed, partials, schema, extra, carried["part"])
         if last[3] is None and last[1] is not None:
             last[3] = last[1] + 1
         row = {f.name: pa.nulls(1, f.type) for f in schema}
@@ -663,11 +700,51 @@ def _sequencer(
             "__drop": pa.array([False]),
             _SUM: pa.StructArray.from_arrays(summary, fields=list(_summary_type(pos_type))),
         }
+        sequenced.update({f.name: pa.nulls(1, f.type) for f in extra})
         yield pa.RecordBatch.from_arrays(
             [*row.values(), *sequenced.values()], names=[*row, *sequenced]
         )
 
     return scan
+
+
+def _pushed_arrow(pushed: PushedWindow | None) -> list[pa.Field]:
+    """The Arrow fields of ``pushed``'s window start and partial columns (none without it)."""
+    if pushed is None:
+        return []
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return [pa.field(f.name, to_arrow_type(f.dataType)) for f in pushed.fields.fields]
+
+
+def _pushed_columns(pushed: PushedWindow) -> list[str]:
+    """The payload columns ``pushed`` reads: its keys and its aggregates' arguments."""
+    args = [c[2] for c in pushed.columns if c[2] is not None]
+    return list(dict.fromkeys([*pushed.keys, *args]))
+
+
+def _partial_rows(
+    pushed: PushedWindow | None,
+    partials: list[pa.Table],
+    schema: pa.Schema,
+    extra: list[pa.Field],
+    part: int,
+) -> pa.RecordBatch:
+    """A partition's PARTIAL rows: one per window and group, its keys in their payload columns,
+    the window start and partial columns after the summary; every other column null."""
+    assert pushed is not None
+    keyed = pa.schema([pa.field(k, schema.field(k).type) for k in pushed.keys])
+    merged = merge_pushed(pushed, partials, pa.schema([extra[0], *keyed, *extra[1:]]))
+    n = merged.num_rows
+    row = {f.name: pa.nulls(n, f.type) for f in schema}
+    arrow = {"long": pa.int64(), "boolean": pa.bool_()}
+    row.update({name: pa.nulls(n, arrow[typ]) for name, typ in _SEQUENCED})
+    row[_SUM] = pa.nulls(n, _summary_type(schema.field(POS).type))
+    row[KIND] = pa.array(["PARTIAL"] * n, schema.field(KIND).type)
+    row[_P] = pa.array([part] * n, schema.field(_P).type)
+    for name in merged.column_names:
+        row[name] = merged.column(name).combine_chunks()
+    return pa.RecordBatch.from_arrays(list(row.values()), names=list(row))
 
 
 def _summary_type(pos: pa.DataType) -> pa.DataType:

@@ -101,7 +101,11 @@ class Flow:
     the same position as a CTI comes after it (docs/decisions.md, "Per-key CTIs").
 
     ``latest``: the largest of ``ctis`` as the driver knows it without a Spark job (``MIN_TIME``:
-    the epoch has no CTI), or None when only a job over ``ctis`` can tell."""
+    the epoch has no CTI), or None when only a job over ``ctis`` can tell.
+
+    ``partials``: an input's flow into a window that its scan aggregates
+    (:class:`engine.operators.window.PushedWindow`): the epoch's partial aggregates (``__ws``,
+    keys, partial columns), its events then empty; else None."""
 
     events: DataFrame
     ctis: DataFrame
@@ -109,6 +113,7 @@ class Flow:
     keyed: DataFrame | None = None
     key: str | None = None
     latest: int | None = None
+    partials: DataFrame | None = None
 
     def merged(self) -> Flow:
         """The same stream with its substreams merged: its CTIs only."""

@@ -15,6 +15,7 @@ import logging
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -35,7 +36,13 @@ from engine.operators import LifetimeState, UnionState, alter_lifetime, select, 
 from engine.operators.anti_join import AntiJoinState, anti_join
 from engine.operators.join import JoinState, join
 from engine.operators.snapshot import SnapshotState, snapshot_aggregate
-from engine.operators.window import WindowSpec, WindowState, window_aggregate
+from engine.operators.window import (
+    PushedWindow,
+    WindowSpec,
+    WindowState,
+    push_window,
+    window_aggregate,
+)
 from engine.ordering import (
     OrderingState,
     check_ordering,
@@ -113,6 +120,8 @@ class Runtime:
         self._order = self._import_order()
         #: operators whose output only windows read (``intervals`` for a join below a window)
         self._for_lifetimes = _read_for_lifetimes(self.root)
+        #: per input index, the window that alone reads it, aggregated in its scan
+        self._pushed = self._pushed_windows()
         self._held = Checkpoints()
         # held while state DataFrames are read from another thread (operator_metrics) and
         # while an epoch releases the checkpoints its old state read
@@ -171,6 +180,28 @@ class Runtime:
             )
             bound.append(BoundInput(node, adapter, spec, schema))
         return bound
+
+    def _pushed_windows(self) -> dict[int, PushedWindow]:
+        """The windows whose partial aggregates their input's scan computes: a window that
+        reads an input directly, as that input's only reader, an input without edges and
+        without substreams, and aggregates :func:`engine.operators.window.push_window` takes."""
+        readers = Counter(id(c) for n in walk(self.root) for c in n.children())
+        conf = self.spark.conf
+        case_sensitive = conf.get("spark.sql.caseSensitive", "false") == "true"
+        ansi = conf.get("spark.sql.ansi.enabled", "true") == "true"
+        pushed = {}
+        for node in walk(self.root):
+            if not isinstance(node, WindowNode) or not isinstance(node.child, InputNode):
+                continue
+            b = next(b for b in self.inputs if b.node is node.child)
+            ordering = b.spec.ordering
+            if readers[id(b.node)] > 1 or b.spec.edges or getattr(ordering, "over", None):
+                continue
+            spec = WindowSpec(node.size, node.hop, node.keys, node.aggregates, node.point_at_end)
+            window = push_window(spec, b.schema, case_sensitive, ansi)
+            if window is not None:
+                pushed[b.spec.index] = window
+        return pushed
 
     def _payload_schema(self, node: InputNode, adapter: InputAdapter) -> StructType:
         """The binding's ``schema=`` override; else the adapter's own; for a template input the
@@ -673,6 +704,8 @@ class Runtime:
                 # an input's partitions come in position order as read, §7 reorders them
                 b.spec.ordering is None and (as_read is None or b.spec.index in as_read),
                 read,
+                # a traced run records the input's events
+                self._pushed.get(b.spec.index) if trace is None else None,
             )
             flows[id(b.node)] = flow
             if trace is not None:  # the input's keyed CTIs (made after trace.ingress)

@@ -32,10 +32,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import DecimalType
+from pyspark.sql.types import (
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    IntegralType,
+    LongType,
+    NumericType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from engine.rows import (
     CTI,
@@ -55,7 +69,15 @@ from engine.rows import (
 )
 from engine.temporal import MAX_TIME, MIN_TIME
 
-__all__ = ["WindowOutput", "WindowSpec", "WindowState", "window_aggregate"]
+__all__ = [
+    "PushedWindow",
+    "WindowOutput",
+    "WindowSpec",
+    "WindowState",
+    "push_window",
+    "pushed_partials",
+    "window_aggregate",
+]
 
 
 class WindowOutput(StrEnum):
@@ -169,13 +191,16 @@ def window_aggregate(
             events = events.join(last_before.withColumnRenamed(KEY, key), key, "left")
         else:
             events = events.withColumn("__lk", F.lit(None).cast("long"))
+    pushed = flow.partials  # the input's scan computed the epoch's partial aggregates
+    if pushed is not None and not merging:  # pragma: no cover - push_window's rules are these
+        raise AssertionError("window: partial aggregates pushed to a window that keeps events")
     known = _known_stats(flow, merging)
-    if known is None or flow.edges or not merging:  # events read more than once
+    if pushed is None and (known is None or flow.edges or not merging):  # events read twice
         # a lazy checkpoint, not a cached plan: see engine.operators.join (a union's branch
         # over held state does not find a cached plan; _stats reads events in one)
         events = checkpoint(events, eager=False)
 
-    stats = known if known is not None else _stats(flow, events)
+    stats = known if known is not None else _stats(flow, None if pushed is not None else events)
     latest = max(state.latest, stats["m"] if stats["m"] is not None else MIN_TIME)
     c_last = stats["c"] if stats["c"] is not None else state.last
 
@@ -209,7 +234,15 @@ def window_aggregate(
     partials = None
     if merging:
         assert merges is not None
-        grouped, partials = _merge_partials(exploded, spec, merges[0], state.partials, c_last)
+        if pushed is None:
+            new_partials = exploded.groupBy(_WS, *spec.keys).agg(
+                *(col.alias(name) for m in merges[0] for name, col in m.partial)
+            )
+        else:
+            new_partials = pushed
+        grouped, partials = _merge_partials(
+            new_partials, spec, merges[0], state.partials, c_last, pushed is not None
+        )
     else:
         grouped = exploded.groupBy(_WS, *spec.keys).agg(
             *(col.alias(name) for name, col in spec.aggregates)
@@ -257,26 +290,25 @@ def _known_stats(flow: Flow, merging: bool) -> dict[str, int | None] | None:
     return {"c": known, "f": known, "m": None}
 
 
-def _stats(flow: Flow, events: DataFrame) -> dict[str, int | None]:
+def _stats(flow: Flow, events: DataFrame | None) -> dict[str, int | None]:
     """The epoch's last (``c``) and last finite (``f``) input CTI, and the latest time of its
-    events (``m``: where an open edge's windows end once the CTI is +inf), None where there is
-    none: one small job."""
+    events (``m``: where an open edge's windows end once the CTI is +inf; None without
+    ``events``), None where there is none: one small job."""
     none = "CAST(NULL AS BIGINT)"
-    found = (
-        flow.ctis.selectExpr(
-            f"max({CTI}) AS c",
-            f"max(CASE WHEN {CTI} < {MAX_TIME} THEN {CTI} END) AS f",
-            none + " AS m",
-        )
-        .unionByName(
+    found = flow.ctis.selectExpr(
+        f"max({CTI}) AS c",
+        f"max(CASE WHEN {CTI} < {MAX_TIME} THEN {CTI} END) AS f",
+        none + " AS m",
+    )
+    if events is not None:
+        found = found.unionByName(
             events.selectExpr(
                 none + " AS c",
                 none + " AS f",
                 f"max(CASE WHEN {_OPEN} THEN {START} ELSE greatest({START}, {END} - 1) END) AS m",
             )
         )
-        .collect()
-    )
+    found = found.collect()
     return {k: max((r[k] for r in found if r[k] is not None), default=None) for k in "cfm"}
 
 
@@ -355,25 +387,27 @@ def _call(col: Column) -> tuple[str, Column] | None:
 
 
 def _merge_partials(
-    exploded: DataFrame,
+    new: DataFrame,
     spec: WindowSpec,
     merges: list[_Merge],
     held: DataFrame | None,
     c_last: int,
+    repeated: bool,
 ) -> tuple[DataFrame, DataFrame | None]:
-    """The partial aggregates of the epoch's (event, window) pairs merged with the held ones:
-    the results of the windows that complete now (``__ws``, keys, aggregates) and the partial
-    aggregates of the windows still open (None once the CTI is +inf: every window completes)."""
+    """The epoch's partial aggregates (``new``: ``__ws``, keys, partial columns; ``repeated``:
+    a window and group may have several rows) merged with the held ones: the results of the
+    windows that complete now (``__ws``, keys, aggregates) and the partial aggregates of the
+    windows still open (None once the CTI is +inf: every window completes)."""
     keys = sql_names(list(spec.keys))
-    partial = [col.alias(name) for m in merges for name, col in m.partial]
-    merged = exploded.groupBy(_WS, *spec.keys).agg(*partial)
-    if held is not None:
+    merged = new
+    if held is not None or repeated:
         again = [
             F.expr(f"{sql} AS {name}")
             for m in merges
             for sql, (name, _) in zip(m.merge, m.partial, strict=True)
         ]
-        merged = held.unionByName(merged).groupBy(_WS, *spec.keys).agg(*again)
+        both = new if held is None else held.unionByName(new)
+        merged = both.groupBy(_WS, *spec.keys).agg(*again)
     # A lazy checkpoint: the job that reads the results (egress, as a rule) computes it, and the
     # open windows' state is a selection over it, without a job of its own (the epoch computes
     # it at its end if no job read it: engine.rows.Checkpoints.release_all_but)
@@ -447,3 +481,172 @@ def _first_at_or_above(rows: DataFrame, ctis: DataFrame, key: str | None, name: 
     after += " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
     found = F.expr(f"last(CASE WHEN __typ = 1 THEN __cp END, true) OVER ({after})")
     return both.withColumn(name, found).filter("__typ = 0").drop("__typ", "__cp")
+
+
+# -- partial aggregates computed where the input is scanned ---------------------------------------
+
+#: Arrow's aggregation of a partial column in one batch, and how partials of batches merge
+_ARROW = {"count_all": "sum", "count": "sum", "sum": "sum", "min": "min", "max": "max"}
+_MIN_MAX_TYPES = (IntegralType, DateType, TimestampType, TimestampNTZType, StringType)
+_KEY_TYPES = (IntegralType, DateType, TimestampType, TimestampNTZType, StringType, BooleanType)
+
+
+@dataclass(frozen=True)
+class PushedWindow:
+    """A window whose partial aggregates its input's ingress scan computes (engine.ingress), in
+    Arrow where the input is read, instead of handing Spark one row per event: the window reads
+    one row per (window, group) and partition. Made by :func:`push_window`."""
+
+    size: int
+    hop: int
+    #: the grouping keys, as the input's payload columns
+    keys: tuple[str, ...]
+    #: per partial column: (name, Arrow aggregation, argument payload column or None, whether
+    #: the argument is summed as double, whether it is an integer sum checked for overflow)
+    columns: tuple[tuple[str, str, str | None, bool, bool], ...]
+    #: the partial rows' columns after the keys (``__ws``, partial columns) as Spark types
+    fields: StructType
+
+
+def push_window(
+    spec: WindowSpec, payload: StructType, case_sensitive: bool, ansi: bool
+) -> PushedWindow | None:
+    """``spec`` as a :class:`PushedWindow` over an input with ``payload`` columns, its integer
+    sums checked for overflow as Spark checks them in ANSI mode (``ansi``), or None where
+    its partial aggregates need Spark: an aggregate that does not merge (see :func:`_merges`)
+    or whose argument is not one payload column (``count(*)`` excepted), a sum over decimals,
+    ``min``/``max`` of floating point (Spark orders NaN above every number, Arrow skips it),
+    grouping keys of floating point or nested types (Spark makes -0.0 and 0.0 one group)."""
+    if _merges(spec) is None or spec.hop <= 0 or spec.size <= 0:
+        return None
+    types = {f.name: f.dataType for f in payload.fields}
+
+    def column(name: str) -> str | None:
+        if name in types:
+            return name
+        same = [n for n in types if not case_sensitive and n.lower() == name.lower()]
+        return same[0] if len(same) == 1 else None
+
+    keys = [column(k) for k in spec.keys]
+    if any(k is None or not isinstance(types[k], _KEY_TYPES) for k in keys):
+        return None
+    columns: list[tuple[str, str, str | None, bool, bool]] = []
+    fields = StructType([StructField(_WS, LongType())])
+    for i, (_, col) in enumerate(spec.aggregates):
+        call = _call(col)
+        assert call is not None  # _merges took it
+        fn, arg = call
+        node = arg._jc.node()
+        kind = node.getClass().getSimpleName()
+        name = None
+        if kind == "UnresolvedAttribute" and node.nameParts().size() == 1:
+            name = column(str(node.nameParts().apply(0)))
+        p = f"__a{i}"
+        if fn == "count" and name is None:
+            if kind == "UnresolvedStar" or (kind == "Literal" and node.value() is not None):
+                columns.append((p, "count_all", None, False, False))
+                fields.add(p, LongType())
+                continue
+            return None
+        if name is None:
+            return None
+        typ = types[name]
+        numeric = isinstance(typ, NumericType) and not isinstance(typ, DecimalType)
+        if fn == "count":
+            columns.append((p, "count", name, False, False))
+            fields.add(p, LongType())
+        elif fn == "sum" and numeric:
+            whole = isinstance(typ, IntegralType)
+            columns.append((p, "sum", name, False, whole and ansi))
+            fields.add(p, LongType() if whole else DoubleType())
+        elif fn in ("min", "max") and isinstance(typ, _MIN_MAX_TYPES):
+            columns.append((p, fn, name, False, False))
+            fields.add(p, typ)
+        elif fn in ("avg", "mean") and numeric:
+            columns += [(f"{p}s", "sum", name, True, False), (f"{p}n", "count", name, False, False)]
+            fields.add(f"{p}s", DoubleType()).add(f"{p}n", LongType())
+        else:
+            return None
+    return PushedWindow(spec.size, spec.hop, tuple(keys), tuple(columns), fields)  # type: ignore[arg-type]
+
+
+def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> Any:
+    """Executor side of :class:`PushedWindow`: the partial aggregates (``__ws``, keys, partial
+    columns, and for each checked integer sum its exact sum ``<name>__f``, a 38-digit decimal:
+    Arrow's int64 sums wrap) of the events of ``batch``
+    (a ``pyarrow.RecordBatch`` with the keys and arguments) with lifetimes ``[start, end)``
+    (numpy int64), each counted in every window it overlaps, as :func:`window_aggregate` counts
+    an event whose end is known."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    size, hop = pushed.size, pushed.hop
+    lower = start - size + 1
+    first = lower + np.mod(-lower, hop)  # the first grid start >= lower
+    last = end - 1
+    many = np.where((end > start) & (first <= last), (last - first) // hop + 1, 0)
+    if len(many) and many.min() == 1 and many.max() == 1:  # e.g. points in tumbling windows
+        ws, rows = first, None
+    else:
+        rows = pa.array(np.repeat(np.arange(len(many)), many))
+        offsets = np.arange(len(rows)) - np.repeat(np.cumsum(many) - many, many)
+        ws = first[rows.to_numpy()] + offsets * hop
+    data = {_WS: pa.array(ws, pa.int64())}
+
+    def column(name: str) -> Any:
+        values = batch.column(name)
+        return values if rows is None else values.take(rows)
+
+    for k in pushed.keys:
+        data[k] = column(k)
+    # every aggregation reads a column of its own: Arrow names its output "<column>_<function>"
+    aggregations: list[tuple] = []
+    for p, fn, arg, as_double, whole in pushed.columns:
+        source = column(arg) if arg is not None else data[_WS]
+        data[f"{p}__in"] = source.cast(pa.float64()) if as_double else source
+        if fn == "count_all":
+            aggregations.append((f"{p}__in", "count", pc.CountOptions(mode="all")))
+        else:
+            aggregations.append((f"{p}__in", fn))
+        if whole:
+            data[f"{p}__fin"] = source.cast(pa.decimal128(38, 0))
+            aggregations.append((f"{p}__fin", "sum"))
+    out = pa.table(data).group_by([_WS, *pushed.keys], use_threads=False).aggregate(aggregations)
+    names = {f"{p}__in_{'count' if fn == 'count_all' else fn}": p for p, fn, *_ in pushed.columns}
+    names.update({f"{p}__fin_sum": f"{p}__f" for p, *_, whole in pushed.columns if whole})
+    return out.rename_columns([names.get(n, n) for n in out.column_names])
+
+
+def merge_pushed(pushed: PushedWindow, tables: list[Any], arrow_schema: Any) -> Any:
+    """One partition's partial aggregates of several batches (:func:`pushed_partials`) merged
+    into one row per window and group, as ``arrow_schema`` (``__ws``, keys, partial columns).
+    A checked integer sum that leaves bigint raises, as Spark's sum does in ANSI mode."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if len(tables) > 1:
+        aggregations = [(p, _ARROW[fn]) for p, fn, *_ in pushed.columns]
+        shadows = [f"{p}__f" for p, *_, whole in pushed.columns if whole]
+        aggregations += [(f, "sum") for f in shadows]
+        table = table.group_by([_WS, *pushed.keys], use_threads=False).aggregate(aggregations)
+        names = {f"{p}_{_ARROW[fn]}": p for p, fn, *_ in pushed.columns}
+        names.update({f"{f}_sum": f for f in shadows})
+        table = table.rename_columns([names.get(n, n) for n in table.column_names])
+    for p, _, arg, _, whole in pushed.columns:
+        if not whole or table.num_rows == 0:
+            continue
+        exact = pc.min_max(table.column(f"{p}__f")).as_py()
+        if exact["max"] is None or -(2**63) <= exact["min"] <= exact["max"] < 2**63:
+            continue
+        wide = exact["max"] if exact["max"] >= 2**63 else exact["min"]
+        raise ArithmeticError(
+            f"window: the sum of integer column {arg!r} over one window and group is {wide}, "
+            "outside bigint (Spark's sum raises ARITHMETIC_OVERFLOW here in ANSI mode); "
+            f"expected sums within +-2**63. Fix: aggregate "
+            f"F.sum(F.col({arg!r}).cast('decimal(38,0)')) or a sum over doubles"
+        )
+    return pa.Table.from_arrays(
+        [table.column(f.name).cast(f.type) for f in arrow_schema], schema=arrow_schema
+    )
