@@ -18,9 +18,10 @@ from an equi-join on the keys with the overlap test at the forming moment; every
 not yet known finds the moment it becomes known by searching the other side's CTIs of the epoch
 (collected to the driver and searched per pair by a pandas UDF; many: one sort of CTIs and pairs
 by value). Read only by a window, a pair whose end is known in the epoch it forms in leaves as
-one interval. State: per side, the events that can still meet a future event (open edges, and
-events ending after the other side's CTI), and the pairs whose END edge is still to come. Both
-shrink as the CTIs advance.
+one interval, and a new pair only asks whether its end is known, not where (no search). State:
+per side, the events that can still meet a future event (open edges, and events ending after the
+other side's CTI), and the pairs whose END edge is still to come. Both shrink as the CTIs
+advance.
 """
 
 from __future__ import annotations
@@ -361,9 +362,20 @@ def join(
     found = collect_ctis(tagged, state.latest, search=edges)
     latest = found.latest
 
-    def when_known(pairs: DataFrame) -> DataFrame:
+    def when_known(pairs: DataFrame, where: bool = True) -> DataFrame:
+        """``pairs`` with ``__det``; ``where=False``: only whether it is known in this epoch
+        (then ``__det`` is the pair's own moment): a side's end is known by the other side's
+        CTI in this epoch if that side's latest CTI reached it, no search needed."""
         if not edges:
             return pairs.withColumn("__det", F.when(F.lit(False), F.col(_AT)))
+        if not where:
+            l_c, r_c = F.col("__l_c").isNotNull(), F.col("__r_c").isNotNull()
+            known = (
+                (l_c & r_c)
+                | (l_c & (F.col("__l_end") <= F.lit(latest[1])))
+                | (r_c & (F.col("__r_end") <= F.lit(latest[0])))
+            )
+            return pairs.withColumn("__det", F.when(known, F.col(_AT)))
         for x, other, c in (("l", 1, c_r), ("r", 0, c_l)):  # a side's end, the other's CTIs
             known = F.when(F.col(f"__{x}_c").isNotNull(), F.col(f"__{x}_end"))
             pairs = _first_cti_at_or_above(
@@ -388,7 +400,9 @@ def join(
     # Lazy checkpoints, not cached plans: a union of two branches over the same cached plan
     # gets new attribute ids in its second branch (Spark's relation deduplication), and below
     # held state (checkpoints) Spark then no longer finds the cached plan and computes it again
-    pairs_new = checkpoint(when_known(pairs_new), eager=False)
+    # read only by a window, a new pair whose end is known in this epoch leaves as an interval
+    # where it forms: when its end became known does not matter (below)
+    pairs_new = checkpoint(when_known(pairs_new, where=not intervals), eager=False)
 
     def rows(df: DataFrame, edge: str | None, end: Column, at: str) -> DataFrame:
         return df.select(
