@@ -452,7 +452,8 @@ def join(
         for i in (0, 1)
     ]
     new_state = JoinState(held, hold(still), latest, max(state.emitted, min(latest)))
-    out = Flow(events_out, ctis, edges)
+    rose = min(latest) if min(latest) > state.emitted else MIN_TIME
+    out = Flow(events_out, ctis, edges, latest=rose)
     key = keyed_inputs([left, right], list(keyed_sides), on)
     if key is None:
         return out, new_state
