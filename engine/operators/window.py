@@ -227,26 +227,27 @@ def window_aggregate(
     else:
         last_ws = f"least({END} - 1, {bound})"
         live = f"{END} > {START} AND {hi} > {lo} AND {first} <= {last_ws}"
-    exploded = events.filter(live).withColumn(
-        _WS, F.expr(f"explode(sequence({first}, {last_ws}, CAST({hop} AS BIGINT)))")
-    )
     ctis = cache.keep(flow.ctis)
     partials = None
-    if merging:
+    if pushed is not None:  # the scan counted the epoch's events in their windows
         assert merges is not None
-        if pushed is None:
+        grouped, partials = _merge_partials(pushed, spec, merges[0], state.partials, c_last, True)
+    else:
+        exploded = events.filter(live).withColumn(
+            _WS, F.expr(f"explode(sequence({first}, {last_ws}, CAST({hop} AS BIGINT)))")
+        )
+        if merging:
+            assert merges is not None
             new_partials = exploded.groupBy(_WS, *spec.keys).agg(
                 *(col.alias(name) for m in merges[0] for name, col in m.partial)
             )
+            grouped, partials = _merge_partials(
+                new_partials, spec, merges[0], state.partials, c_last, False
+            )
         else:
-            new_partials = pushed
-        grouped, partials = _merge_partials(
-            new_partials, spec, merges[0], state.partials, c_last, pushed is not None
-        )
-    else:
-        grouped = exploded.groupBy(_WS, *spec.keys).agg(
-            *(col.alias(name) for name, col in spec.aggregates)
-        )
+            grouped = exploded.groupBy(_WS, *spec.keys).agg(
+                *(col.alias(name) for name, col in spec.aggregates)
+            )
     results = _result_rows(grouped, spec, ctis, keyed, key)
 
     pulled = spec.pulled(c_last) if c_last != MIN_TIME else MIN_TIME
