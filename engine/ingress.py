@@ -714,7 +714,9 @@ def _pushed_arrow(pushed: PushedWindow | None) -> list[pa.Field]:
         return []
     from pyspark.sql.pandas.types import to_arrow_type
 
-    return [pa.field(f.name, to_arrow_type(f.dataType)) for f in pushed.fields.fields]
+    # timestamps are instants: the zone only labels them
+    fields = pushed.fields.fields
+    return [pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC")) for f in fields]
 
 
 def _pushed_columns(pushed: PushedWindow) -> list[str]:

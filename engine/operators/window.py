@@ -517,7 +517,8 @@ def push_window(
     its partial aggregates need Spark: an aggregate that does not merge (see :func:`_merges`)
     or whose argument is not one payload column (``count(*)`` excepted), a sum over decimals,
     ``min``/``max`` of floating point (Spark orders NaN above every number, Arrow skips it),
-    grouping keys of floating point or nested types (Spark makes -0.0 and 0.0 one group)."""
+    grouping keys of floating point or nested types (Spark makes -0.0 and 0.0 one group), and
+    strings with a collation as keys or under ``min``/``max`` (Arrow compares bytes)."""
     if _merges(spec) is None or spec.hop <= 0 or spec.size <= 0:
         return None
     types = {f.name: f.dataType for f in payload.fields}
@@ -529,7 +530,9 @@ def push_window(
         return same[0] if len(same) == 1 else None
 
     keys = [column(k) for k in spec.keys]
-    if any(k is None or not isinstance(types[k], _KEY_TYPES) for k in keys):
+    if any(
+        k is None or not isinstance(types[k], _KEY_TYPES) or not _bytewise(types[k]) for k in keys
+    ):
         return None
     columns: list[tuple[str, str, str | None, bool, bool]] = []
     fields = StructType([StructField(_WS, LongType())])
@@ -560,7 +563,7 @@ def push_window(
             whole = isinstance(typ, IntegralType)
             columns.append((p, "sum", name, False, whole and ansi))
             fields.add(p, LongType() if whole else DoubleType())
-        elif fn in ("min", "max") and isinstance(typ, _MIN_MAX_TYPES):
+        elif fn in ("min", "max") and isinstance(typ, _MIN_MAX_TYPES) and _bytewise(typ):
             columns.append((p, fn, name, False, False))
             fields.add(p, typ)
         elif fn in ("avg", "mean") and numeric:
@@ -569,6 +572,15 @@ def push_window(
         else:
             return None
     return PushedWindow(spec.size, spec.hop, tuple(keys), tuple(columns), fields)  # type: ignore[arg-type]
+
+
+def _bytewise(typ: Any) -> bool:
+    """Whether Spark compares values of ``typ`` as Arrow does: not a string with a collation
+    other than the default (byte order)."""
+    return not isinstance(typ, StringType) or getattr(typ, "collation", "UTF8_BINARY") in (
+        "UTF8_BINARY",
+        None,
+    )
 
 
 def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> Any:
@@ -583,6 +595,15 @@ def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> A
     import pyarrow.compute as pc
 
     size, hop = pushed.size, pushed.hop
+    if len(start) and (
+        int(start.min()) - size + 1 <= MIN_TIME or int(start.max()) - size + hop > MAX_TIME
+    ):  # Spark's window arithmetic raises there (ANSI); numpy's would wrap
+        raise ArithmeticError(
+            f"window: an event starts at {int(start.min())} .. {int(start.max())} ticks, so close "
+            f"to the ends of the time range that its windows (size {size}, hop {hop}) overflow "
+            "bigint; expected event times at least a window away from +-2**63. Fix: give the "
+            "events times within the calendar (engine.temporal)"
+        )
     lower = start - size + 1
     first = lower + np.mod(-lower, hop)  # the first grid start >= lower
     last = end - 1
@@ -605,7 +626,9 @@ def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> A
     aggregations: list[tuple] = []
     for p, fn, arg, as_double, whole in pushed.columns:
         source = column(arg) if arg is not None else data[_WS]
-        data[f"{p}__in"] = source.cast(pa.float64()) if as_double else source
+        # as Spark's CAST(long AS DOUBLE): rounded, not refused (Arrow's safe cast refuses
+        # integers beyond 2**53)
+        data[f"{p}__in"] = source.cast(pa.float64(), safe=False) if as_double else source
         if fn == "count_all":
             aggregations.append((f"{p}__in", "count", pc.CountOptions(mode="all")))
         else:
