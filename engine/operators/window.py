@@ -26,6 +26,10 @@ State, bounded by time, not by input size:
   edge goes, as before, into the windows that complete while it is open;
 * otherwise (pandas UDAFs, other aggregates, expressions over aggregates, substreams): the events
   that can still overlap an open window (their end is after the earliest open window's start).
+
+A window of partial aggregates that alone reads an input without edges gets the epoch's partial
+aggregates from the input's scan (:class:`PushedWindow`, computed in Arrow where the input is
+read) instead of its events, for the aggregates Arrow computes as Spark does (:func:`push_window`).
 """
 
 from __future__ import annotations
