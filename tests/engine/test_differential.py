@@ -22,7 +22,9 @@ from engine import (
     edge_end,
     edge_start,
     interval,
+    point,
 )
+from engine import runtime as runtime_module
 from engine.operators import join as join_operator
 from tests.harness import In, spark_run
 from tests.reference import (
@@ -280,6 +282,46 @@ def test_a_window_over_a_join_matches_the_reference(app, cuts):
         )
 
     _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
+
+
+@pytest.mark.parametrize("shape", [EventShape.POINT, EventShape.INTERVAL])
+@pytest.mark.parametrize("cuts", [[], [3], [2, 6], [1, 5, 9], [4, 8, 11]])
+def test_a_window_aggregated_in_its_inputs_scan_matches_the_reference(
+    app, cuts, shape, monkeypatch
+):
+    # A window that alone reads an input gets its partial aggregates from the input's scan
+    # (engine.operators.window.PushedWindow): two partitions whose partials meet in Spark, late
+    # events dropped or (intervals) adjusted, events in several hopping windows, windows that
+    # complete in a later epoch than their events arrive in.
+    pushed = []
+    real = runtime_module.push_window
+    monkeypatch.setattr(
+        runtime_module, "push_window", lambda *a: pushed.append(real(*a)) or pushed[-1]
+    )
+    script = EventScript()
+    times = [3, 1, 7, 12, 4, 15, 9, 21, 18, 14, 26, 24, 31]
+    for i, t in enumerate(times):
+        payload = {"k": i % 2, "v": i}
+        event = point(t, payload) if shape is EventShape.POINT else interval(t, t + 4, payload)
+        script.insert("a", event, partition=f"p{i % 2}")
+        if i in (4, 8):
+            script.cti("a", t - 2, partition="p0").cti("a", t - 2, partition="p1")
+    adjust = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(3, 2, True), policy=AdvanceTimePolicy.ADJUST
+    )
+    case = Case(script, {"a": shape}, {"a": adjust}, 15)
+    total = (("n", len), ("s", lambda rows: sum(r["v"] for r in rows)))
+    plan = Window(Input("a"), 10, 5, ("k",), total)
+    expected = run_reference(case.script, _bindings(case), plan, EventShape.INTERVAL)
+    assert len(expected.output) > 6, "the scenario must produce windows"
+    assert expected.counts["a"]["dropped"] + expected.counts["a"]["adjusted"] > 0
+
+    def build(s):
+        windows = s["a"].hopping_window(10, 5).group_by("k")
+        return windows.aggregate(n=F.count("*"), s=F.sum("v"))
+
+    _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
+    assert pushed and all(p is not None for p in pushed)
 
 
 @pytest.mark.parametrize("cuts", [[], [4], [2, 7]])
