@@ -198,7 +198,7 @@ class Runtime:
             if readers[id(b.node)] > 1 or b.spec.edges or getattr(ordering, "over", None):
                 continue
             spec = WindowSpec(node.size, node.hop, node.keys, node.aggregates, node.point_at_end)
-            window = push_window(spec, b.schema, case_sensitive, ansi)
+            window = push_window(spec, b.schema, case_sensitive, ansi, b.spec.name)
             if window is not None:
                 pushed[b.spec.index] = window
         return pushed

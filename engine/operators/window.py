@@ -491,7 +491,7 @@ def _first_at_or_above(rows: DataFrame, ctis: DataFrame, key: str | None, name: 
 # -- partial aggregates computed where the input is scanned ---------------------------------------
 
 #: Arrow's aggregation of a partial column in one batch, and how partials of batches merge
-_ARROW = {"count_all": "sum", "count": "sum", "sum": "sum", "min": "min", "max": "max"}
+_ARROW = {**_SAME, "count_all": "sum"}
 _MIN_MAX_TYPES = (IntegralType, DateType, TimestampType, TimestampNTZType, StringType)
 _KEY_TYPES = (IntegralType, DateType, TimestampType, TimestampNTZType, StringType, BooleanType)
 
@@ -511,10 +511,12 @@ class PushedWindow:
     columns: tuple[tuple[str, str, str | None, bool, bool], ...]
     #: the partial rows' columns after the keys (``__ws``, partial columns) as Spark types
     fields: StructType
+    #: the input's name (for errors)
+    input: str = ""
 
 
 def push_window(
-    spec: WindowSpec, payload: StructType, case_sensitive: bool, ansi: bool
+    spec: WindowSpec, payload: StructType, case_sensitive: bool, ansi: bool, input_name: str = ""
 ) -> PushedWindow | None:
     """``spec`` as a :class:`PushedWindow` over an input with ``payload`` columns, its integer
     sums checked for overflow as Spark checks them in ANSI mode (``ansi``), or None where
@@ -575,7 +577,14 @@ def push_window(
             fields.add(f"{p}s", DoubleType()).add(f"{p}n", LongType())
         else:
             return None
-    return PushedWindow(spec.size, spec.hop, tuple(keys), tuple(columns), fields)  # type: ignore[arg-type]
+    return PushedWindow(
+        spec.size,
+        spec.hop,
+        tuple(keys),  # type: ignore[arg-type]
+        tuple(columns),
+        fields,
+        input_name,
+    )
 
 
 def _bytewise(typ: Any) -> bool:
@@ -603,10 +612,12 @@ def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> A
         int(start.min()) - size + 1 <= MIN_TIME or int(start.max()) - size + hop > MAX_TIME
     ):  # Spark's window arithmetic raises there (ANSI); numpy's would wrap
         raise ArithmeticError(
-            f"window: an event starts at {int(start.min())} .. {int(start.max())} ticks, so close "
-            f"to the ends of the time range that its windows (size {size}, hop {hop}) overflow "
-            "bigint; expected event times at least a window away from +-2**63. Fix: give the "
-            "events times within the calendar (engine.temporal)"
+            f"window over input {pushed.input!r}: an event starts at {int(start.min())} .. "
+            f"{int(start.max())} ticks, so close to an end of the time range that the bounds of "
+            f"its windows (size {size}, hop {hop} ticks) overflow bigint (Spark's window "
+            "arithmetic raises ARITHMETIC_OVERFLOW there); expected event times at least a "
+            "window away from +-2**63. Fix: give the events times within the calendar "
+            "(engine.temporal.to_ticks)"
         )
     lower = start - size + 1
     first = lower + np.mod(-lower, hop)  # the first grid start >= lower
@@ -669,11 +680,14 @@ def merge_pushed(pushed: PushedWindow, tables: list[Any], arrow_schema: Any) -> 
         if exact["max"] is None or -(2**63) <= exact["min"] <= exact["max"] < 2**63:
             continue
         wide = exact["max"] if exact["max"] >= 2**63 else exact["min"]
+        row = table.column(f"{p}__f").to_pylist().index(wide)
+        group = {k: table.column(k)[row].as_py() for k in pushed.keys}
+        ws = table.column(_WS)[row].as_py()
         raise ArithmeticError(
-            f"window: the sum of integer column {arg!r} over one window and group is {wide}, "
-            "outside bigint (Spark's sum raises ARITHMETIC_OVERFLOW here in ANSI mode); "
-            f"expected sums within +-2**63. Fix: aggregate "
-            f"F.sum(F.col({arg!r}).cast('decimal(38,0)')) or a sum over doubles"
+            f"window over input {pushed.input!r}: the sum of integer column {arg!r} in the "
+            f"window starting at {ws} ticks, group {group}, is {wide}, outside bigint (Spark's "
+            "sum raises ARITHMETIC_OVERFLOW there in ANSI mode); expected sums within +-2**63. "
+            f"Fix: aggregate F.sum(F.col({arg!r}).cast('decimal(38,0)')) or a sum over doubles"
         )
     return pa.Table.from_arrays(
         [table.column(f.name).cast(f.type) for f in arrow_schema], schema=arrow_schema

@@ -228,6 +228,10 @@ def test_an_integer_sum_that_leaves_bigint_fails_in_the_scan_as_in_spark(app):
         with pytest.raises(Exception) as got:
             _run(app, _input(script).tumbling_window(10).aggregate(s=F.sum("v")), 1, trace)
         assert ("outside bigint" if not trace else "ARITHMETIC_OVERFLOW") in str(got.value)
+        if not trace:  # what, where, got, expected and the fix
+            for part in ("input 'a'", "column 'v'", "starting at 0 ticks", str(2**63 + 2)):
+                assert part in str(got.value)
+            assert "expected sums within" in str(got.value) and "Fix: " in str(got.value)
 
 
 def test_windows_of_an_event_at_the_end_of_the_time_range_fail_in_the_scan_as_in_spark(app):
@@ -238,3 +242,5 @@ def test_windows_of_an_event_at_the_end_of_the_time_range_fail_in_the_scan_as_in
         with pytest.raises(Exception) as got:
             _run(app, _input(script).tumbling_window(10).aggregate(n=F.count("*")), 1, trace)
         assert ("overflow bigint" if not trace else "ARITHMETIC_OVERFLOW") in str(got.value)
+        if not trace:
+            assert "input 'a'" in str(got.value) and "Fix: " in str(got.value)
