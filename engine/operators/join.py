@@ -12,28 +12,37 @@ first moment the end is determined: both sides complete (end = the smaller end),
 complete with end ``e`` and the other side's CTI at or past ``e`` (the other cannot end before it,
 so end = ``e``). An end at or before the start makes the pair empty; egress never releases it.
 
-Moments order the rows of both sides: (position, side, events / END edges / CTI). Per epoch, one
-Spark plan: each side's events (held and new) get their END edges by a ranked join; new pairs come
-from an equi-join on the keys with the overlap test at the forming moment; every pair whose end is
-not yet known finds the moment it becomes known by searching the other side's CTIs of the epoch
-(collected to the driver and searched per pair by a pandas UDF; many: one sort of CTIs and pairs
-by value). Read only by a window, a pair whose end is known in the epoch it forms in leaves as
-one interval, and a new pair only asks whether its end is known, not where (no search). State:
-per side, the events that can still meet a future event (open edges, and events ending after the
-other side's CTI), and the pairs whose END edge is still to come. Both shrink as the CTIs
-advance.
+Moments order the rows of both sides: (position, side, events / END edges / CTI). Per epoch, each
+side's events (held and new) get their END edges by a ranked join in Spark, both sides' CTIs of
+the epoch are collected to the driver, and one Arrow function per key (``cogroup``) pairs the
+key's events: a pair with a new event forms now and leaves as an interval or a START edge (with
+its END edge if its end becomes known in the epoch); a pair of two held events formed in an
+earlier epoch, and leaves now only as the END edge of a pair whose end becomes known now. Read
+only by a window, a pair whose end is known in the epoch it forms in leaves as one interval
+where it forms. State: per side, the events that can still meet a future event (open edges,
+and events ending after the other side's CTI): both events of a pair whose end is still
+unknown are among them. It shrinks as the CTIs advance.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
-from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    FloatType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from engine.errors import QueryBuildError
 from engine.rows import (
@@ -67,7 +76,6 @@ _SIDE_ENDS = ("__l_end", "__l_c", "__r_end", "__r_c")
 @dataclass
 class JoinState:
     held: list[DataFrame | None] = field(default_factory=lambda: [None, None])
-    pairs: DataFrame | None = None
     latest: list[int] = field(default_factory=lambda: [MIN_TIME, MIN_TIME])
     emitted: int = MIN_TIME
     #: substreams: per key the sides' largest keyed CTIs (:func:`engine.rows.keyed_min_of_latest`)
@@ -115,8 +123,7 @@ def _side_events(
 ) -> DataFrame:
     """Held and new events of one side, each with its end as known by the end of the epoch, the
     moment that end became known (``__closed``; null while open) and whether an END edge of
-    this epoch closed it (``__closed_now``). ``identity``: each event gets a unique ``__id``
-    (else only its moment, which events arriving at one position share)."""
+    this epoch closed it (``__closed_now``). ``identity``: each event gets a unique ``__id``."""
     edge = F.col(EDGE)
     arrival = _moment(F.col(POS), side, 0)
     new = flow.events.filter(~edge.eqNullSafe("END")).select(
@@ -128,11 +135,9 @@ def _side_events(
         F.lit(True).alias("__new"),
         *payload,
     )
-    # Unique per moment: several events can arrive at one position (a window's results).
-    n = F.lit(1)
-    if identity:  # a shuffle and a sort of the epoch's events
+    if identity:  # unique per moment: several events can arrive at one position (a shuffle)
         n = F.row_number().over(Window.partitionBy(_AT).orderBy(START, *payload))
-    new = new.withColumn(_ID, F.struct(F.col(_AT).alias("at"), n.alias("n")))
+        new = new.withColumn(_ID, F.struct(F.col(_AT).alias("at"), n.alias("n")))
     events = new if held is None else held.withColumn("__new", F.lit(False)).unionByName(new)
     if not flow.edges:  # no END edge can come: nothing is open, nothing to close
         # not kept: selections over the input's rows (kept upstream) and the held ones
@@ -182,20 +187,24 @@ class EpochCtis:
     found: list[list[tuple[int, tuple]] | None]
 
 
-def collect_ctis(tagged: DataFrame, before: list[int], search: bool = True) -> EpochCtis:
+def collect_ctis(
+    tagged: DataFrame, before: list[int], search: bool = True, limit: int | None = SEARCH_ON_DRIVER
+) -> EpochCtis:
     """One small job over ``tagged`` (``__g`` side, CTI, position): see :class:`EpochCtis`.
-    ``search=False``: only the latest CTIs (nothing will be searched)."""
+    ``search=False``: only the latest CTIs (nothing will be searched); ``limit=None``: every
+    CTI, however many."""
     latest, found = list(before), [[], []]
     item = F.struct(F.col(CTI).alias("c"), F.col(POS).alias("p"))
-    head = F.slice(F.sort_array(F.collect_list(item)), 1, SEARCH_ON_DRIVER + 1)
+    head = F.sort_array(F.collect_list(item))
+    if limit is not None:
+        head = F.slice(head, 1, limit + 1)
     if not search:
         head = F.array()
     for row in tagged.groupBy("__g").agg(F.max(CTI).alias("m"), head.alias("h")).collect():
         g = row["__g"]
         latest[g] = max(latest[g], row["m"])
-        found[g] = (
-            [(c, tuple(p)) for c, p in row["h"]] if len(row["h"]) <= SEARCH_ON_DRIVER else None
-        )
+        many = limit is not None and len(row["h"]) > limit
+        found[g] = None if many else [(c, tuple(p)) for c, p in row["h"]]
     return EpochCtis(latest, found)
 
 
@@ -272,31 +281,256 @@ def _first_cti_at_or_above(
     )
 
 
-_END_AND_WHEN = ((END, "_end"), (_CLOSED, "_c"))
+#: pairs formed per chunk of the cross product of one key's events (bounds the function's memory)
+_CHUNK = 1 << 20
+#: a moment as numpy columns: its position's (arr, inp, off, part, sub), side, order
+_BEGIN = np.array(
+    [MIN_TIME, _INT_MIN, MIN_TIME, _INT_MIN, _INT_MIN, _INT_MIN, _INT_MIN], dtype=np.int64
+)
 
 
-def _refreshed(pairs: DataFrame, ev: list[DataFrame], edges: tuple[bool, bool]) -> DataFrame:
-    """Held pairs with the ends of their sides' events that END edges of this epoch closed (a
-    side's end, once known, never changes; a side without edges has none to learn)."""
-    for i, (s, idc) in enumerate((("l", "__lid"), ("r", "__rid"))):
-        if not edges[i]:
+@dataclass(frozen=True)
+class _Pairing:
+    """What the executors need to pair the events (:func:`_pair_rows`): the payloads, the keys,
+    whether ends can be unknown (``edges``) and whether the output is read for lifetimes only
+    (``intervals``), each side's latest CTI before and after the epoch, and each side's CTIs of
+    the epoch in value order (values, and positions as an ``(n, 5)`` array)."""
+
+    left: tuple[str, ...]
+    right: tuple[str, ...]
+    #: the key columns' names on each side, and the Arrow type both compare in
+    keys: tuple[tuple[str, str], ...]
+    key_types: tuple[Any, ...]
+    edges: bool
+    intervals: bool
+    before: tuple[int, int]
+    latest: tuple[int, int]
+    values: tuple[np.ndarray, np.ndarray]
+    positions: tuple[np.ndarray, np.ndarray]
+    schema: Any  # the output's Arrow schema
+
+
+def _le(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise ``a <= b`` of moments (lexicographic over their seven columns)."""
+    out = np.ones(len(a), dtype=bool)
+    for j in range(6, -1, -1):
+        out = (a[:, j] < b[:, j]) | ((a[:, j] == b[:, j]) & out)
+    return out
+
+
+def _greatest(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.where(_le(a, b)[:, None], b, a)
+
+
+class _Side:
+    """One side's events (the rows of :func:`_side_events`, as :func:`join` sends them) as numpy
+    arrays: a side without edges sends no ``__closed`` (its events' ends are known when they
+    arrive) and every side sends its events' arrival positions (``__p``), not their moments."""
+
+    def __init__(self, t: Any, side: int) -> None:
+        import pyarrow.compute as pc
+
+        self.start = t.column(START).to_numpy()
+        self.end = t.column(END).to_numpy()
+        self.new = t.column("__new").to_numpy(zero_copy_only=False)
+        n = t.num_rows
+        self.at = np.zeros((n, 7), dtype=np.int64)
+        pos = t.column("__p")
+        for j in range(5):
+            self.at[:, j] = pc.struct_field(pos, [j]).to_numpy(zero_copy_only=False)
+        self.at[:, 5] = side
+        if _CLOSED in t.column_names:
+            self.closed, self.known = _moments(t.column(_CLOSED))
+            now = pc.fill_null(t.column(_CLOSED_NOW), False).to_numpy(zero_copy_only=False)
+        else:
+            self.closed, self.known, now = self.at, np.ones(n, dtype=bool), np.zeros(n, bool)
+        #: the end was known before this epoch
+        self.known_before = self.known & ~self.new & ~now
+
+
+def _moments(column: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Moments (struct of position, side, order; nullable) as an ``(n, 7)`` array, and which are
+    not null."""
+    import pyarrow.compute as pc
+
+    valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
+    pos = pc.struct_field(column, [0])
+    parts = [pc.struct_field(pos, [j]) for j in range(5)]
+    parts += [pc.struct_field(column, [1]), pc.struct_field(column, [2])]
+    out = np.empty((len(valid), 7), dtype=np.int64)
+    for j, part in enumerate(parts):
+        out[:, j] = pc.fill_null(part, 0).to_numpy(zero_copy_only=False)
+    return out, valid
+
+
+def _key_codes(p: _Pairing, lt: Any, rt: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of each side, a code equal where the join keys are equal (as Spark compares
+    them: floating point -0.0 equals 0.0 and NaN equals NaN), -1 where a key is null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    nl = lt.num_rows
+    codes, null = [], np.zeros(nl + rt.num_rows, dtype=bool)
+    for (lk, rk), typ in zip(p.keys, p.key_types, strict=True):
+        both = pa.chunked_array([*lt.column(lk).cast(typ).chunks, *rt.column(rk).cast(typ).chunks])
+        null |= both.is_null().to_numpy(zero_copy_only=False)
+        if pa.types.is_floating(typ):  # one zero and one NaN, as Spark's join normalizes them
+            x = both.to_numpy(zero_copy_only=False).astype(np.float64)
+            x = np.where(x == 0, 0.0, np.where(np.isnan(x), np.nan, x))
+            codes.append(np.unique(x.view(np.int64), return_inverse=True)[1])
             continue
-        closed = (
-            ev[i]
-            .filter(F.col(_CLOSED_NOW))
-            .select(
-                F.col(_ID).alias(idc),
-                *[F.col(c).alias(f"__new{x}") for c, x in _END_AND_WHEN],
+        try:
+            codes.append(
+                pc.dictionary_encode(both.combine_chunks()).indices.to_numpy(zero_copy_only=False)
             )
-        )
-        pairs = pairs.join(closed, idc, "left").select(
-            *[c for c in pairs.columns if c not in (f"__{s}_end", f"__{s}_c")],
-            *[
-                F.coalesce(F.col(f"__new{x}"), F.col(f"__{s}{x}")).alias(f"__{s}{x}")
-                for _, x in _END_AND_WHEN
-            ],
-        )
-    return pairs
+        except pa.ArrowNotImplementedError:  # nested types: by their Python values
+            seen: dict = {}
+            codes.append(
+                np.array([seen.setdefault(_hashable(v), len(seen)) for v in both.to_pylist()])
+            )
+    code = (
+        codes[0]
+        if len(codes) == 1
+        else np.unique(np.stack(codes, 1), axis=0, return_inverse=True)[1]
+    )
+    code = np.where(null, -1, np.asarray(code, dtype=np.int64).reshape(-1))
+    return code[:nl], code[nl:]
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple((k, _hashable(x)) for k, x in v.items())
+    return v
+
+
+def _first_cti(p: _Pairing, side: int, values: np.ndarray, valid: np.ndarray):
+    """Per row, the moment of ``side``'s first CTI at or above ``values`` (where ``valid``): the
+    very beginning if the CTI before the epoch already was (then also ``old``); ``found``: one
+    was (else none in the epoch yet)."""
+    ctis = p.values[side]
+    old = valid & (values <= p.before[side])
+    i = np.searchsorted(ctis, values, side="left")
+    found = valid & ~old & (i < len(ctis))
+    out = np.empty((len(values), 7), dtype=np.int64)
+    out[:, :5] = p.positions[side][np.minimum(i, len(ctis) - 1)] if len(ctis) else 0
+    out[:, 5], out[:, 6] = side, 2
+    out[old] = _BEGIN
+    return out, found | old, old
+
+
+def _determined(p: _Pairing, at: np.ndarray, at_old: np.ndarray, ls: dict, rs: dict):
+    """When each pair's end became known (the least of: both sides' ends known; one side's end
+    known and the other side's CTI at or past it), whether it is (in this epoch or before),
+    and whether it already was before this epoch (every moment it took was)."""
+    both = ls["known"] & rs["known"]
+    det = _greatest(at, _greatest(ls["closed"], rs["closed"]))
+    old = both & at_old & ls["known_before"] & rs["known_before"]
+    valid = both.copy()
+    for x, other in ((ls, 1), (rs, 0)):
+        t, found, t_old = _first_cti(p, other, x["end"], x["known"])
+        m = _greatest(at, _greatest(x["closed"], t))
+        take = found & (~valid | _le(m, det))
+        det = np.where(take[:, None], m, det)
+        valid |= found
+        old |= found & at_old & x["known_before"] & t_old
+    return det, valid, old
+
+
+def _pair_rows(p: _Pairing, lt: Any, rt: Any) -> Any:
+    """Executor side of the join, for the keys of one bucket (``lt``, ``rt``: both sides' held
+    and new events): the epoch's output rows. Pairs with a new event form now; pairs of held
+    events formed in an earlier epoch and leave here only as the END edge of a pair whose end
+    becomes known now."""
+    import pyarrow as pa
+
+    if not lt.num_rows or not rt.num_rows:
+        return p.schema.empty_table()
+    cl, cr = _key_codes(p, lt, rt)
+    # the right rows of each left row's key: a range of the right rows in key order
+    order = np.argsort(cr, kind="stable")
+    sorted_codes = cr[order]
+    lo = np.searchsorted(sorted_codes, cl, side="left")
+    many = np.where(cl >= 0, np.searchsorted(sorted_codes, cl, side="right") - lo, 0)
+    L, R = _Side(lt, 0), _Side(rt, 1)
+    parts, total = [], np.cumsum(many)
+    first = 0
+    while first < len(many):  # chunks of about _CHUNK candidate pairs
+        done = total[first - 1] if first else 0
+        last = max(first + 1, int(np.searchsorted(total, done + _CHUNK, side="right")))
+        k = many[first:last]
+        li = np.repeat(np.arange(first, last), k)
+        offsets = np.arange(len(li)) - np.repeat(np.cumsum(k) - k, k)
+        parts.append(_chunk_rows(p, L, R, li, order[np.repeat(lo[first:last], k) + offsets]))
+        first = last
+    li, ri, edge, start, end, pos = (np.concatenate(c) for c in zip(*parts, strict=True))
+    if not len(li):
+        return p.schema.empty_table()
+    pos_type = p.schema.field(POS).type
+    position = pa.StructArray.from_arrays(
+        [pa.array(pos[:, j]).cast(f.type) for j, f in enumerate(pos_type)], fields=list(pos_type)
+    )
+    edges = pa.DictionaryArray.from_arrays(
+        pa.array(edge, pa.int8(), mask=edge == 0), pa.array(["", "START", "END"], pa.string())
+    )
+    li_, ri_ = pa.array(li), pa.array(ri)
+    arrays = [pa.repeat(pa.scalar("INSERT"), len(li)), edges, pa.array(start), pa.array(end)]
+    arrays += [position, *(lt.column(c).take(li_) for c in p.left)]
+    arrays += [rt.column(c).take(ri_) for c in p.right]
+    return pa.Table.from_arrays(
+        [a.cast(f.type) for a, f in zip(arrays, p.schema, strict=True)], schema=p.schema
+    )
+
+
+def _chunk_rows(p: _Pairing, L: _Side, R: _Side, li: np.ndarray, ri: np.ndarray):
+    """The output rows of the candidate pairs ``(li, ri)``: (left row, right row, edge code 0
+    none / 1 START / 2 END, start, end, position as an ``(n, 5)`` array)."""
+    f = _greatest(L.at[li], R.at[ri])  # the pair forms when the later of its events arrives
+    kl = L.known[li] & _le(L.closed[li], f)  # each side's end as known then
+    kr = R.known[ri] & _le(R.closed[ri], f)
+    el = np.where(kl, L.end[li], MAX_TIME)
+    er = np.where(kr, R.end[ri], MAX_TIME)
+    sl, sr = L.start[li], R.start[ri]
+    fresh = L.new[li] | R.new[ri]
+    keep = (el > sl) & (er > sr) & (sl < er) & (sr < el)
+    if not p.edges:  # every pair is complete when it forms: none formed earlier can end now
+        keep &= fresh
+    li, ri, f, kl, kr, fresh = li[keep], ri[keep], f[keep], kl[keep], kr[keep], fresh[keep]
+    start = np.maximum(L.start[li], R.start[ri])
+    sides = [
+        {
+            "end": s.end[i],
+            "closed": s.closed[i],
+            "known": s.known[i],
+            "known_before": s.known_before[i],
+        }
+        for s, i in ((L, li), (R, ri))
+    ]
+    ls, rs = sides
+    ends_known = np.minimum(
+        np.where(ls["known"], ls["end"], MAX_TIME), np.where(rs["known"], rs["end"], MAX_TIME)
+    )
+    whole = fresh & kl & kr
+    opened = fresh & ~whole
+    out = [(whole, 0, np.minimum(ls["end"], rs["end"]), f)]
+    if p.intervals:  # read only by a window: a new pair whose end is known now is one interval
+        known = (ls["known"] & rs["known"]) | (ls["known"] & (ls["end"] <= p.latest[1]))
+        known |= rs["known"] & (rs["end"] <= p.latest[0])
+        out.append((opened & known, 0, ends_known, f))
+        out.append((opened & ~known, 1, np.full(len(li), MAX_TIME), f))
+        asked = ~fresh
+    else:
+        out.append((opened, 1, np.full(len(li), MAX_TIME), f))
+        asked = ~whole
+    if p.edges and asked.any():
+        det, found, old = _determined(p, f, ~fresh, ls, rs)
+        out.append((asked & found & ~old, 2, ends_known, det))
+    rows = [
+        (li[m], ri[m], np.full(int(m.sum()), code), start[m], e[m], at[m, :5])
+        for m, code, e, at in out
+    ]
+    return tuple(np.concatenate(c) for c in zip(*rows, strict=True))
 
 
 def join(
@@ -313,137 +547,81 @@ def join(
     ``intervals``: the output is read only for its events' lifetimes (by a window), so a pair
     whose end becomes known in the epoch it forms in leaves as one interval where it forms, not
     as a START edge there and an END edge where its end became known (docs/decisions.md)."""
+    from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
+
     pl = [c for c in left.events.columns if c not in HEADER]
     pr = [c for c in right.events.columns if c not in HEADER]
     names = output_columns(pl, pr)
-    # an event's identity serves only to give held pairs the end an END edge brings
     ev = [
-        _side_events(left, 0, state.held[0], pl, cache, left.edges),
-        _side_events(right, 1, state.held[1], pr, cache, right.edges),
+        _side_events(left, 0, state.held[0], pl, cache, identity=False),
+        _side_events(right, 1, state.held[1], pr, cache, identity=False),
     ]
-
-    # New pairs: at least one side new; formed at the later arrival; overlap as then known.
-    L, R = ev[0].alias("l"), ev[1].alias("r")
-    keys = [F.col(f"l.{k}") == F.col(f"r.{k}") for k in on]
-    f = F.greatest(F.col(f"l.{_AT}"), F.col(f"r.{_AT}"))
-
-    def known_end(s: str) -> Column:
-        return F.when(F.col(f"{s}.{_CLOSED}") <= f, F.col(f"{s}.{END}")).otherwise(F.lit(MAX_TIME))
-
-    nonempty = (known_end("l") > F.col(f"l.{START}")) & (known_end("r") > F.col(f"r.{START}"))
-    overlap = (F.col(f"l.{START}") < known_end("r")) & (F.col(f"r.{START}") < known_end("l"))
-    cond = [*keys, F.col("l.__new") | F.col("r.__new")]
-    pairs_new = (
-        L.join(R, cond)
-        .filter(nonempty & overlap)
-        .select(
-            f.alias(_AT),
-            F.greatest(F.col(f"l.{START}"), F.col(f"r.{START}")).alias(START),
-            F.col(f"l.{_ID}").alias("__lid"),
-            F.col(f"r.{_ID}").alias("__rid"),
-            F.coalesce(F.col(f"l.{_CLOSED}") <= f, F.lit(False)).alias("__lk"),
-            F.coalesce(F.col(f"r.{_CLOSED}") <= f, F.lit(False)).alias("__rk"),
-            F.least(F.col(f"l.{END}"), F.col(f"r.{END}")).alias("__min_end"),
-            *[F.col(f"{s}.{c}").alias(f"__{s}{x}") for s in "lr" for c, x in _END_AND_WHEN],
-            *[F.col(f"l.{c}").alias(c) for c in pl],
-            *[F.col(f"r.{c}").alias(n) for c, n in zip(pr, names[len(pl) :], strict=True)],
-        )
-    )
-    # When each pair's end is known (``__det``; null: not in this epoch), with its sides' ends
-    # as known by the end of the epoch: a new pair has them from its events; a held one learns
-    # those that END edges of this epoch closed. A side's end is known at once when the other
-    # side's CTI is at or past it: the first such CTI is searched for.
     c_l, c_r = left.ctis, right.ctis
     tagged = cache.keep(
         c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
     )
     # without edges on either side every pair is complete when it forms: nothing to search
     edges = left.edges or right.edges
-    found = collect_ctis(tagged, state.latest, search=edges)
+    found = collect_ctis(tagged, state.latest, search=edges, limit=None)
     latest = found.latest
 
-    def when_known(pairs: DataFrame, where: bool = True) -> DataFrame:
-        """``pairs`` with ``__det``; ``where=False``: only whether it is known in this epoch
-        (then ``__det`` is the pair's own moment): a side's end is known by the other side's
-        CTI in this epoch if that side's latest CTI reached it, no search needed."""
-        if not edges:
-            return pairs.withColumn("__det", F.when(F.lit(False), F.col(_AT)))
-        if not where:
-            l_c, r_c = F.col("__l_c").isNotNull(), F.col("__r_c").isNotNull()
-            known = (
-                (l_c & r_c)
-                | (l_c & (F.col("__l_end") <= F.lit(latest[1])))
-                | (r_c & (F.col("__r_end") <= F.lit(latest[0])))
-            )
-            return pairs.withColumn("__det", F.when(known, F.col(_AT)))
-        for x, other, c in (("l", 1, c_r), ("r", 0, c_l)):  # a side's end, the other's CTIs
-            known = F.when(F.col(f"__{x}_c").isNotNull(), F.col(f"__{x}_end"))
-            pairs = _first_cti_at_or_above(
-                pairs.withColumn(f"__{x}_e", known),
-                f"__{x}_e",
-                c,
-                other,
-                state.latest[other],
-                f"__t_{x}",
-                found.found[other],
-            )
-        both_known = F.when(
-            F.col("__l_c").isNotNull() & F.col("__r_c").isNotNull(),
-            F.greatest(_AT, "__l_c", "__r_c"),
-        )
-        via_left = F.when(F.col("__t_l").isNotNull(), F.greatest(_AT, "__l_c", "__t_l"))
-        via_right = F.when(F.col("__t_r").isNotNull(), F.greatest(_AT, "__r_c", "__t_r"))
-        return pairs.withColumn("__det", F.least(both_known, via_left, via_right)).drop(
-            "__l_e", "__r_e", "__t_l", "__t_r"
-        )
-
-    # Lazy checkpoints, not cached plans: a union of two branches over the same cached plan
-    # gets new attribute ids in its second branch (Spark's relation deduplication), and below
-    # held state (checkpoints) Spark then no longer finds the cached plan and computes it again
-    # read only by a window, a new pair whose end is known in this epoch leaves as an interval
-    # where it forms: when its end became known does not matter (below)
-    pairs_new = checkpoint(when_known(pairs_new, where=not intervals), eager=False)
-
-    def rows(df: DataFrame, edge: str | None, end: Column, at: str) -> DataFrame:
-        return df.select(
-            F.lit("INSERT").alias(KIND),
-            F.lit(edge).cast("string").alias(EDGE),
-            START,
-            end.alias(END),
-            F.col(f"{at}.pos").alias(POS),
-            *names,
-        )
-
-    ends_known = F.least(
-        F.when(F.col("__l_c").isNotNull(), F.col("__l_end")).otherwise(F.lit(MAX_TIME)),
-        F.when(F.col("__r_c").isNotNull(), F.col("__r_end")).otherwise(F.lit(MAX_TIME)),
+    schemas = [side.schema for side in ev]
+    out_schema = StructType(
+        [
+            StructField(KIND, StringType()),
+            StructField(EDGE, StringType()),
+            StructField(START, LongType()),
+            StructField(END, LongType()),
+            StructField(POS, POS_TYPE),
+            *[StructField(n, schemas[0][c].dataType) for c, n in zip(pl, names, strict=False)],
+            *[
+                StructField(n, schemas[1][c].dataType)
+                for c, n in zip(pr, names[len(pl) :], strict=True)
+            ],
+        ]
     )
-    det = F.col("__det").isNotNull()
-    whole = F.col("__lk") & F.col("__rk")
-    events_out = rows(pairs_new.filter(whole), None, F.col("__min_end"), _AT)
-    opened = pairs_new.filter(~whole)
-    if intervals:  # a new pair whose end is known in this epoch: one interval, when it formed
-        events_out = events_out.unionByName(rows(opened.filter(det), None, ends_known, _AT))
-        events_out = events_out.unionByName(
-            rows(opened.filter(~det), "START", F.lit(MAX_TIME), _AT)
-        )
-    else:
-        events_out = events_out.unionByName(rows(opened, "START", F.lit(MAX_TIME), _AT))
-        events_out = events_out.unionByName(rows(opened.filter(det), "END", ends_known, "__det"))
-    waiting = [_AT, START, "__lid", "__rid", *_SIDE_ENDS, *names]
-    still = opened.filter(~det).select(*waiting)
-    if state.pairs is not None:
-        held_pairs = _refreshed(state.pairs, ev, (left.edges, right.edges))
-        held_pairs = checkpoint(when_known(held_pairs), eager=False)
-        events_out = events_out.unionByName(
-            rows(held_pairs.filter(det), "END", ends_known, "__det")
-        )
-        still = held_pairs.filter(~det).select(*waiting).unionByName(still)
+    keys = [(_field(schemas[0], k).name, _field(schemas[1], k).name) for k in on]
+    key_types = _key_types(ev, keys)
+    ctis_in_order = [sorted(f or []) for f in found.found]
+    pairing = _Pairing(
+        tuple(pl),
+        tuple(pr),
+        tuple(keys),
+        tuple(to_arrow_type(t, timezone="UTC") for t in key_types),
+        edges,
+        intervals,
+        (state.latest[0], state.latest[1]),
+        (latest[0], latest[1]),
+        tuple(np.array([c for c, _ in s], dtype=np.int64) for s in ctis_in_order),
+        tuple(np.array([p for _, p in s], dtype=np.int64).reshape(-1, 5) for s in ctis_in_order),
+        to_arrow_schema(out_schema, timezone="UTC"),
+    )
+    # Both sides' events, in buckets by a hash of their keys (one Arrow function call per
+    # bucket, not per key); what they send: see _Side. The right side's columns get new names
+    # where both sides come from one plan (e.g. a stream joined with a window over it).
+    buckets = max(1, int(ev[0].sparkSession.conf.get("spark.sql.shuffle.partitions")))
+    grouped = []
+    for i, flow in enumerate((left, right)):
+        sent = [START, END, F.col(f"{_AT}.pos").alias("__p"), "__new"]
+        if flow.edges:
+            sent += [_CLOSED, _CLOSED_NOW]
+        side = ev[i].select(*sent, *(pl if i == 0 else pr))
+        if i == 1:
+            side = side.toDF(*side.columns)
+        bucket = F.pmod(F.xxhash64(*_normalized(keys, key_types, i)), F.lit(buckets))
+        grouped.append(side.groupBy(bucket.alias("__b")))
+    events_out = checkpoint(
+        grouped[0]
+        .cogroup(grouped[1])
+        .applyInArrow(lambda lt, rt: _pair_rows(pairing, lt, rt), out_schema),
+        eager=False,
+    )
 
     # CTIs: the minimum of both sides' latest.
     ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
 
-    # Keep what can still meet a future event of the other side, and the pending pairs.
+    # Keep what can still meet a future event of the other side (a pair whose end is still to
+    # be learnt has both its events held: it forms again from them in the next epoch).
     held: list[DataFrame | None] = [
         ev[i]
         .filter(F.col(_OPEN) | (F.col(END) > F.lit(latest[1 - i])))
@@ -451,7 +629,7 @@ def join(
         .transform(hold)
         for i in (0, 1)
     ]
-    new_state = JoinState(held, hold(still), latest, max(state.emitted, min(latest)))
+    new_state = JoinState(held, latest, max(state.emitted, min(latest)))
     rose = min(latest) if min(latest) > state.emitted else MIN_TIME
     out = Flow(events_out, ctis, edges, latest=rose)
     key = keyed_inputs([left, right], list(keyed_sides), on)
@@ -463,3 +641,30 @@ def join(
         tagged, sides, state.latest, ctis, state.emitted, state.keys
     )
     return replace(out, keyed=cache.keep(keyed), key=key), new_state
+
+
+def _key_types(ev: list[DataFrame], keys: list[tuple[str, str]]) -> list[Any]:
+    """The Spark type each key compares in: its type, or where the sides' types differ, the
+    wider one (a union's)."""
+    out = []
+    for lk, rk in keys:
+        a, b = ev[0].schema[lk].dataType, ev[1].schema[rk].dataType
+        out.append(a if a == b else ev[0].select(lk).union(ev[1].select(rk)).schema[0].dataType)
+    return out
+
+
+def _normalized(keys: list[tuple[str, str]], types: list[Any], side: int) -> list[Column]:
+    """One side's keys as hashed into buckets: cast to the type both compare in, floating point
+    zeros and NaNs made one value (Spark's join makes them equal)."""
+    out = []
+    for names, typ in zip(keys, types, strict=True):
+        c = F.col(names[side]).cast(typ)
+        if isinstance(typ, FloatType | DoubleType):
+            c = F.when(F.isnan(c), F.lit(float("nan"))).when(c == 0, F.lit(0.0)).otherwise(c)
+        out.append(c)
+    return out
+
+
+def _field(schema: StructType, name: str) -> StructField:
+    same = [f for f in schema.fields if f.name == name]
+    return (same or [f for f in schema.fields if f.name.lower() == name.lower()])[0]

@@ -17,6 +17,7 @@ from engine import (
     MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeSettings,
+    EventKind,
     EventShape,
     QueryBuildError,
     cti,
@@ -57,6 +58,50 @@ def test_pairs_with_equal_keys_and_overlapping_lifetimes_get_the_intersection(ap
     pair = {"k": 1, "v": "a", "right_k": 1, "right_v": "x"}
     later = {"k": 1, "v": "b", "right_k": 1, "right_v": "x"}
     assert out == [cti(0), cti(5), interval(5, 10, pair), cti(12), point(12, later), cti(MAX_TIME)]
+
+
+def test_keys_match_as_sparks_join_compares_them(app, spark):
+    # Two keys; -0.0 and 0.0 one value, NaN equal to NaN, a null in either key never equal:
+    # the pairs are the ones Spark's own equi-join finds on the same rows, checked by hand too.
+    nan = float("nan")
+    lefts = [(-0.0, "a", "l1"), (nan, "a", "l2"), (None, "a", "l3"), (1.0, None, "l4")]
+    lefts += [(1.0, "b", "l5"), (2.0, "b", "l6")]
+    rights = [(0.0, "a", "r1"), (nan, "a", "r2"), (None, "a", "r3"), (1.0, None, "r4")]
+    rights += [(1.0, "c", "r5"), (2.0, "b", "r6"), (2.0, "b", "r7")]
+    script = EventScript()
+    for (k, j, v), (rk, rj, w) in zip(lefts, rights[: len(lefts)], strict=True):
+        script.insert("l", interval(0, 10, {"k": k, "j": j, "v": v}))
+        script.insert("r", interval(5, 20, {"k": rk, "j": rj, "w": w}))
+    for rk, rj, w in rights[len(lefts) :]:
+        script.insert("r", interval(5, 20, {"k": rk, "j": rj, "w": w}))
+    inputs = {
+        "l": In(EventShape.INTERVAL, EVERY, "k double, j string, v string"),
+        "r": In(EventShape.INTERVAL, EVERY, "k double, j string, w string"),
+    }
+    build = lambda s: s["l"].join(s["r"], on=["k", "j"])  # noqa: E731
+    for cuts in (1, [3, 8]):
+        out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, cuts)
+        pairs = sorted((e.payload["v"], e.payload["w"]) for e in out if e.kind is not EventKind.CTI)
+        assert pairs == [("l1", "r1"), ("l2", "r2"), ("l6", "r6"), ("l6", "r7")], cuts
+        assert {(e.start, e.end) for e in out if e.kind is not EventKind.CTI} == {(5, 10)}
+    left = spark.createDataFrame(lefts, "k double, j string, v string")
+    right = spark.createDataFrame(rights, "k double, j string, w string")
+    found = left.join(right, (left.k == right.k) & (left.j == right.j)).select("v", "w")
+    assert sorted(map(tuple, found.collect())) == pairs
+
+
+def test_keys_of_different_integer_types_match_by_value(app):
+    script = EventScript()
+    script.insert("l", point(1, {"k": 7, "v": "a"}))
+    script.insert("r", interval(0, 5, {"k": 7, "w": "x"}))
+    script.insert("r", interval(0, 5, {"k": 7 + 2**32, "w": "y"}))  # not 7 as an int
+    inputs = {
+        "l": In(EventShape.POINT, NEVER, "k int, v string"),
+        "r": In(EventShape.INTERVAL, NEVER, "k bigint, w string"),
+    }
+    build = lambda s: s["l"].join(s["r"], on="k")  # noqa: E731
+    out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, 1)
+    assert out == [point(1, {"k": 7, "v": "a", "right_k": 7, "w": "x"}), cti(MAX_TIME)]
 
 
 def test_an_open_edge_pair_ends_once_the_other_sides_cti_passes_the_known_end(app):
