@@ -122,6 +122,9 @@ class Runtime:
         self._for_lifetimes = _read_for_lifetimes(self.root)
         #: per input index, the window that alone reads it, aggregated in its scan
         self._pushed = self._pushed_windows()
+        #: per join that one window alone reads, that window (its partial aggregates may be
+        #: computed by the join: engine.operators.join)
+        self._join_windows = _windows_over_joins(self.root)
         self._held = Checkpoints()
         # held while state DataFrames are read from another thread (operator_metrics) and
         # while an epoch releases the checkpoints its old state read
@@ -198,7 +201,7 @@ class Runtime:
             if readers[id(b.node)] > 1 or b.spec.edges or getattr(ordering, "over", None):
                 continue
             spec = WindowSpec(node.size, node.hop, node.keys, node.aggregates, node.point_at_end)
-            window = push_window(spec, b.schema, case_sensitive, ansi, b.spec.name)
+            window = push_window(spec, b.schema, case_sensitive, ansi, f"input {b.spec.name!r}")
             if window is not None:
                 pushed[b.spec.index] = window
         return pushed
@@ -600,6 +603,7 @@ class Runtime:
                     cache,
                     (not _joins_below(node.left), not _joins_below(node.right)),
                     intervals=id(node) in lifetimes_only,
+                    window=self._join_windows.get(id(node)),
                 )
             elif isinstance(node, AntiJoinNode):
                 flows[id(node)], ops[id(node)] = anti_join(
@@ -624,19 +628,14 @@ class Runtime:
                 # (computed once, when first used, and no extra job). The root's output is
                 # used once, by egress's one job: planning its checkpoint costs more (about 80
                 # ms a frame in B1) than it saves, unless a trace reads it too. A join's events
-                # are already selections over its own checkpoints (its new and pending pairs).
+                # are already a selection over its own checkpoint (its Arrow function's output).
                 flow = flows[id(node)]
                 keyed = checkpoint(flow.keyed, eager=False) if flow.keyed is not None else None
                 events = flow.events
                 if not isinstance(node, JoinNode):
                     events = checkpoint(events, eager=False)
-                flows[id(node)] = Flow(
-                    events,
-                    checkpoint(flow.ctis, eager=False),
-                    flow.edges,
-                    keyed,
-                    flow.key,
-                    flow.latest,
+                flows[id(node)] = replace(
+                    flow, events=events, ctis=checkpoint(flow.ctis, eager=False), keyed=keyed
                 )
                 if trace is not None:
                     trace.operator(node, flows[id(node)])
@@ -832,6 +831,15 @@ def _read_for_lifetimes(root: Node) -> set[int]:
         for child in node.children():
             readers.setdefault(id(child), []).append(node)
     return {i for i, by in readers.items() if all(isinstance(n, WindowNode) for n in by)}
+
+
+def _windows_over_joins(root: Node) -> dict[int, WindowSpec]:
+    readers = Counter(id(c) for n in walk(root) for c in n.children())
+    return {
+        id(n.child): WindowSpec(n.size, n.hop, n.keys, n.aggregates, n.point_at_end)
+        for n in walk(root)
+        if isinstance(n, WindowNode) and isinstance(n.child, JoinNode) and readers[id(n.child)] == 1
+    }
 
 
 def _joins_below(node: Node) -> bool:

@@ -45,6 +45,15 @@ from pyspark.sql.types import (
 )
 
 from engine.errors import QueryBuildError
+from engine.operators.window import (
+    _LATEST,
+    _WS,
+    PushedWindow,
+    WindowSpec,
+    merge_pushed,
+    push_window,
+    pushed_partials,
+)
 from engine.rows import (
     CTI,
     EDGE,
@@ -62,6 +71,7 @@ from engine.rows import (
     keyed_min_of_latest,
     min_of_latest,
     pos_literal,
+    sql_names,
 )
 from engine.temporal import MAX_TIME, MIN_TIME
 
@@ -308,13 +318,22 @@ class _Pairing:
     values: tuple[np.ndarray, np.ndarray]
     positions: tuple[np.ndarray, np.ndarray]
     schema: Any  # the output's Arrow schema
+    #: the window that alone reads the join, whose partial aggregates the join computes
+    pushed: PushedWindow | None = None
 
 
 def _le(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise ``a <= b`` of moments (lexicographic over their seven columns)."""
-    out = np.ones(len(a), dtype=bool)
-    for j in range(6, -1, -1):
-        out = (a[:, j] < b[:, j]) | ((a[:, j] == b[:, j]) & out)
+    """Row-wise ``a <= b`` of moments (lexicographic over their seven columns; a later column
+    is compared only where the earlier ones tie)."""
+    out = a[:, 0] < b[:, 0]
+    tie = np.flatnonzero(a[:, 0] == b[:, 0])
+    for j in range(1, 7):
+        if not len(tie):
+            break
+        x, y = a[tie, j], b[tie, j]
+        out[tie[x < y]] = True
+        tie = tie[x == y]
+    out[tie] = True
     return out
 
 
@@ -344,6 +363,8 @@ class _Side:
             now = pc.fill_null(t.column(_CLOSED_NOW), False).to_numpy(zero_copy_only=False)
         else:
             self.closed, self.known, now = self.at, np.ones(n, dtype=bool), np.zeros(n, bool)
+        #: every event's end known when it arrived (no edges)
+        self.complete = _CLOSED not in t.column_names
         #: the end was known before this epoch
         self.known_before = self.known & ~self.new & ~now
 
@@ -465,7 +486,7 @@ def _pair_rows(p: _Pairing, lt: Any, rt: Any) -> Any:
         parts.append(_chunk_rows(p, L, R, li, order[np.repeat(lo[first:last], k) + offsets]))
         first = last
     li, ri, edge, start, end, pos = (np.concatenate(c) for c in zip(*parts, strict=True))
-    if not len(li):
+    if not len(li) and p.pushed is None:
         return p.schema.empty_table()
     pos_type = p.schema.field(POS).type
     position = pa.StructArray.from_arrays(
@@ -478,17 +499,49 @@ def _pair_rows(p: _Pairing, lt: Any, rt: Any) -> Any:
     arrays = [pa.repeat(pa.scalar("INSERT"), len(li)), edges, pa.array(start), pa.array(end)]
     arrays += [position, *(lt.column(c).take(li_) for c in p.left)]
     arrays += [rt.column(c).take(ri_) for c in p.right]
-    return pa.Table.from_arrays(
-        [a.cast(f.type) for a, f in zip(arrays, p.schema, strict=True)], schema=p.schema
+    fields = list(p.schema)[: len(arrays)]
+    rows = pa.Table.from_arrays(
+        [a.cast(f.type) for a, f in zip(arrays, fields, strict=True)], schema=pa.schema(fields)
     )
+    if p.pushed is None:
+        return rows
+    return _with_partials(p, rows, edge, start, end)
+
+
+def _with_partials(p: _Pairing, rows: Any, edge: np.ndarray, start: Any, end: Any) -> Any:
+    """The edges of ``rows`` as they are, its intervals as PARTIAL rows of the window that reads
+    the join (:class:`PushedWindow`): per window and group its keys (in their payload columns),
+    window start and partial aggregates, and the latest time of its events (``__latest``)."""
+    import pyarrow as pa
+
+    pushed = p.pushed
+    interval = edge == 0
+    counted = pushed_partials(pushed, start[interval], end[interval], rows.filter(interval))
+    names = [_WS, *pushed.keys, *pushed.fields.fieldNames()[1:]]
+    merged = merge_pushed(pushed, [counted], pa.schema([p.schema.field(n) for n in names]))
+    n = merged.num_rows
+    latest = int(np.maximum(start[interval], end[interval] - 1).max()) if n else None
+    partial = {f.name: pa.nulls(n, f.type) for f in p.schema}
+    partial[KIND] = pa.repeat(pa.scalar("PARTIAL"), n).cast(p.schema.field(KIND).type)
+    partial[_LATEST] = pa.repeat(pa.scalar(latest, pa.int64()), n)
+    partial.update({c: merged.column(c) for c in names})
+    edges = rows.filter(~interval)
+    edges = {
+        f.name: edges.column(f.name)
+        if f.name in rows.column_names
+        else pa.nulls(edges.num_rows, f.type)
+        for f in p.schema
+    }
+    return pa.concat_tables([pa.table(edges, schema=p.schema), pa.table(partial, schema=p.schema)])
 
 
 def _chunk_rows(p: _Pairing, L: _Side, R: _Side, li: np.ndarray, ri: np.ndarray):
     """The output rows of the candidate pairs ``(li, ri)``: (left row, right row, edge code 0
     none / 1 START / 2 END, start, end, position as an ``(n, 5)`` array)."""
     f = _greatest(L.at[li], R.at[ri])  # the pair forms when the later of its events arrives
-    kl = L.known[li] & _le(L.closed[li], f)  # each side's end as known then
-    kr = R.known[ri] & _le(R.closed[ri], f)
+    # each side's end as known then (an end known on arrival is known by the pair's forming)
+    kl = L.known[li] if L.complete else L.known[li] & _le(L.closed[li], f)
+    kr = R.known[ri] if R.complete else R.known[ri] & _le(R.closed[ri], f)
     el = np.where(kl, L.end[li], MAX_TIME)
     er = np.where(kr, R.end[ri], MAX_TIME)
     sl, sr = L.start[li], R.start[ri]
@@ -541,12 +594,16 @@ def join(
     cache: EpochCache,
     keyed_sides: tuple[bool, bool] = (True, True),
     intervals: bool = False,
+    window: WindowSpec | None = None,
 ) -> tuple[Flow, JoinState]:
     """``keyed_sides``: whether each side's keyed CTIs may be used (docs/decisions.md,
     "Per-key CTIs": not from a side with a join below it, whose pairs end by that side's CTI).
     ``intervals``: the output is read only for its events' lifetimes (by a window), so a pair
     whose end becomes known in the epoch it forms in leaves as one interval where it forms, not
-    as a START edge there and an END edge where its end became known (docs/decisions.md)."""
+    as a START edge there and an END edge where its end became known (docs/decisions.md).
+    ``window``: with ``intervals``, the window that alone reads the output: where
+    :func:`push_window` takes its aggregates over the output's columns and the output has no
+    substreams, the join hands it those intervals as partial aggregates (``Flow.partials``)."""
     from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
     pl = [c for c in left.events.columns if c not in HEADER]
@@ -580,6 +637,18 @@ def join(
             ],
         ]
     )
+    key = keyed_inputs([left, right], list(keyed_sides), on)
+    pushed = None
+    if window is not None and intervals and key is None:
+        conf = ev[0].sparkSession.conf
+        case_sensitive = conf.get("spark.sql.caseSensitive", "false") == "true"
+        ansi = conf.get("spark.sql.ansi.enabled", "true") == "true"
+        payload = StructType(out_schema.fields[len(HEADER) :])
+        pushed = push_window(window, payload, case_sensitive, ansi, f"the join on {list(on)}")
+    if pushed is not None:
+        for f in pushed.fields.fields:
+            out_schema.add(f)
+        out_schema.add(_LATEST, LongType())
     keys = [(_field(schemas[0], k).name, _field(schemas[1], k).name) for k in on]
     key_types = _key_types(ev, keys)
     ctis_in_order = [sorted(f or []) for f in found.found]
@@ -595,6 +664,7 @@ def join(
         tuple(np.array([c for c, _ in s], dtype=np.int64) for s in ctis_in_order),
         tuple(np.array([p for _, p in s], dtype=np.int64).reshape(-1, 5) for s in ctis_in_order),
         to_arrow_schema(out_schema, timezone="UTC"),
+        pushed,
     )
     # Both sides' events, in buckets by a hash of their keys (one Arrow function call per
     # bucket, not per key); what they send: see _Side. The right side's columns get new names
@@ -616,6 +686,12 @@ def join(
         .applyInArrow(lambda lt, rt: _pair_rows(pairing, lt, rt), out_schema),
         eager=False,
     )
+    partials = None
+    if pushed is not None:
+        names_sql = sql_names([*HEADER, *names])
+        partial_names = [*pushed.keys, *pushed.fields.fieldNames(), _LATEST]
+        partials = events_out.filter(f"{KIND} = 'PARTIAL'").selectExpr(*sql_names(partial_names))
+        events_out = events_out.filter(f"{KIND} <> 'PARTIAL'").selectExpr(*names_sql)
 
     # CTIs: the minimum of both sides' latest.
     ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
@@ -631,8 +707,7 @@ def join(
     ]
     new_state = JoinState(held, latest, max(state.emitted, min(latest)))
     rose = min(latest) if min(latest) > state.emitted else MIN_TIME
-    out = Flow(events_out, ctis, edges, latest=rose)
-    key = keyed_inputs([left, right], list(keyed_sides), on)
+    out = Flow(events_out, ctis, edges, latest=rose, partials=partials)
     if key is None:
         return out, new_state
     pairs = zip((left, right), keyed_sides, strict=True)

@@ -96,6 +96,8 @@ class WindowOutput(StrEnum):
 
 
 _OPEN, _WS = "__open", "__ws"
+#: with a join's pushed partial aggregates: the latest time of the events counted in each row
+_LATEST = "__latest"
 
 
 @dataclass(frozen=True)
@@ -195,16 +197,22 @@ def window_aggregate(
             events = events.join(last_before.withColumnRenamed(KEY, key), key, "left")
         else:
             events = events.withColumn("__lk", F.lit(None).cast("long"))
-    pushed = flow.partials  # the input's scan computed the epoch's partial aggregates
+    # the epoch's partial aggregates computed where the events were made: by the input's scan
+    # (its events then empty), or by a join (its events then its edges only)
+    pushed = flow.partials
     if pushed is not None and not merging:  # pragma: no cover - push_window's rules are these
         raise AssertionError("window: partial aggregates pushed to a window that keeps events")
+    events_too = pushed is None or flow.edges
     known = _known_stats(flow, merging)
-    if pushed is None and (known is None or flow.edges or not merging):  # events read twice
+    if events_too and (known is None or flow.edges or not merging):  # events read twice
         # a lazy checkpoint, not a cached plan: see engine.operators.join (a union's branch
         # over held state does not find a cached plan; _stats reads events in one)
         events = checkpoint(events, eager=False)
 
-    stats = known if known is not None else _stats(flow, None if pushed is not None else events)
+    if known is not None:
+        stats = known
+    else:
+        stats = _stats(flow, events if events_too else None, pushed if flow.edges else None)
     latest = max(state.latest, stats["m"] if stats["m"] is not None else MIN_TIME)
     c_last = stats["c"] if stats["c"] is not None else state.last
 
@@ -233,8 +241,8 @@ def window_aggregate(
         live = f"{END} > {START} AND {hi} > {lo} AND {first} <= {last_ws}"
     ctis = cache.keep(flow.ctis)
     partials = None
-    if pushed is not None:  # the scan counted the epoch's events in their windows
-        assert merges is not None
+    if not events_too:  # the scan counted the epoch's events in their windows
+        assert merges is not None and pushed is not None
         grouped, partials = _merge_partials(pushed, spec, merges[0], state.partials, c_last, True)
     else:
         exploded = events.filter(live).withColumn(
@@ -245,8 +253,10 @@ def window_aggregate(
             new_partials = exploded.groupBy(_WS, *spec.keys).agg(
                 *(col.alias(name) for m in merges[0] for name, col in m.partial)
             )
+            if pushed is not None:  # a join's intervals, counted where they formed
+                new_partials = new_partials.unionByName(pushed.drop(_LATEST))
             grouped, partials = _merge_partials(
-                new_partials, spec, merges[0], state.partials, c_last, False
+                new_partials, spec, merges[0], state.partials, c_last, pushed is not None
             )
         else:
             grouped = exploded.groupBy(_WS, *spec.keys).agg(
@@ -295,10 +305,13 @@ def _known_stats(flow: Flow, merging: bool) -> dict[str, int | None] | None:
     return {"c": known, "f": known, "m": None}
 
 
-def _stats(flow: Flow, events: DataFrame | None) -> dict[str, int | None]:
+def _stats(
+    flow: Flow, events: DataFrame | None, pushed: DataFrame | None = None
+) -> dict[str, int | None]:
     """The epoch's last (``c``) and last finite (``f``) input CTI, and the latest time of its
     events (``m``: where an open edge's windows end once the CTI is +inf; None without
-    ``events``), None where there is none: one small job."""
+    ``events``; ``pushed``: partial aggregates with the latest time of theirs, ``__latest``),
+    None where there is none: one small job."""
     none = "CAST(NULL AS BIGINT)"
     found = flow.ctis.selectExpr(
         f"max({CTI}) AS c",
@@ -312,6 +325,10 @@ def _stats(flow: Flow, events: DataFrame | None) -> dict[str, int | None]:
                 none + " AS f",
                 f"max(CASE WHEN {_OPEN} THEN {START} ELSE greatest({START}, {END} - 1) END) AS m",
             )
+        )
+    if pushed is not None:
+        found = found.unionByName(
+            pushed.selectExpr(none + " AS c", none + " AS f", f"max({_LATEST}) AS m")
         )
     found = found.collect()
     return {k: max((r[k] for r in found if r[k] is not None), default=None) for k in "cfm"}
@@ -511,12 +528,12 @@ class PushedWindow:
     columns: tuple[tuple[str, str, str | None, bool, bool], ...]
     #: the partial rows' columns after the keys (``__ws``, partial columns) as Spark types
     fields: StructType
-    #: the input's name (for errors)
+    #: what the window reads, for errors (e.g. "input 'data'")
     input: str = ""
 
 
 def push_window(
-    spec: WindowSpec, payload: StructType, case_sensitive: bool, ansi: bool, input_name: str = ""
+    spec: WindowSpec, payload: StructType, case_sensitive: bool, ansi: bool, source: str = ""
 ) -> PushedWindow | None:
     """``spec`` as a :class:`PushedWindow` over an input with ``payload`` columns, its integer
     sums checked for overflow as Spark checks them in ANSI mode (``ansi``), or None where
@@ -583,7 +600,7 @@ def push_window(
         tuple(keys),  # type: ignore[arg-type]
         tuple(columns),
         fields,
-        input_name,
+        source,
     )
 
 
@@ -612,7 +629,7 @@ def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> A
         int(start.min()) - size + 1 <= MIN_TIME or int(start.max()) - size + hop > MAX_TIME
     ):  # Spark's window arithmetic raises there (ANSI); numpy's would wrap
         raise ArithmeticError(
-            f"window over input {pushed.input!r}: an event starts at {int(start.min())} .. "
+            f"window over {pushed.input}: an event starts at {int(start.min())} .. "
             f"{int(start.max())} ticks, so close to an end of the time range that the bounds of "
             f"its windows (size {size}, hop {hop} ticks) overflow bigint (Spark's window "
             "arithmetic raises ARITHMETIC_OVERFLOW there); expected event times at least a "
@@ -684,7 +701,7 @@ def merge_pushed(pushed: PushedWindow, tables: list[Any], arrow_schema: Any) -> 
         group = {k: table.column(k)[row].as_py() for k in pushed.keys}
         ws = table.column(_WS)[row].as_py()
         raise ArithmeticError(
-            f"window over input {pushed.input!r}: the sum of integer column {arg!r} in the "
+            f"window over {pushed.input}: the sum of integer column {arg!r} in the "
             f"window starting at {ws} ticks, group {group}, is {wide}, outside bigint (Spark's "
             "sum raises ARITHMETIC_OVERFLOW there in ANSI mode); expected sums within +-2**63. "
             f"Fix: aggregate F.sum(F.col({arg!r}).cast('decimal(38,0)')) or a sum over doubles"

@@ -245,12 +245,18 @@ def test_an_end_edge_that_closes_no_start_edge_is_reported_like_the_reference(ap
     _agree(app, case, Input("a"), None, EventShape.EDGE, cuts)
 
 
+@pytest.mark.parametrize("pushed", [False, True])
 @pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7], [4, 8, 12], [6, 11]])
-def test_a_window_over_a_join_matches_the_reference(app, cuts):
+def test_a_window_over_a_join_matches_the_reference(app, cuts, pushed, monkeypatch):
     # The lookup shape: intervals joined with open reference edges. A pair's end becomes known
     # when the reference's CTI passes it, in the epoch the pair forms in (the join then gives
     # the window one interval) or a later one (a START edge, then an END edge); ends fall on
-    # window starts, so an end off by one changes a window.
+    # window starts, so an end off by one changes a window. ``pushed``: aggregates of columns
+    # (not of an expression), so the join hands the window its intervals as partial aggregates
+    # (engine.operators.join), and the window merges them with its edges'.
+    made = []
+    real = join_operator.push_window
+    monkeypatch.setattr(join_operator, "push_window", lambda *a: made.append(real(*a)) or made[-1])
     script = EventScript()
     script.insert("b", edge_start(0, {"k": 1, "v": 10}))
     script.insert("b", edge_start(0, {"k": 2, "v": 20}))
@@ -271,19 +277,53 @@ def test_a_window_over_a_join_matches_the_reference(app, cuts):
     shapes = {"a": EventShape.INTERVAL, "b": EventShape.EDGE}
     case = Case(script, shapes, dict.fromkeys("ab", EXPLICIT), 19)
     total = (("n", len), ("s", lambda rows: sum(r["v"] + r["right_v"] for r in rows)))
+    aggregates = {"n": F.count("*"), "s": F.sum(F.col("v") + F.col("right_v"))}
+    if pushed:
+        total = (
+            ("n", len),
+            ("s", lambda rows: sum(r["v"] for r in rows)),
+            ("m", lambda rows: max(r["right_v"] for r in rows)),
+        )
+        aggregates = {"n": F.count("*"), "s": F.sum("v"), "m": F.max("right_v")}
     plan = Window(Join(Input("a"), Input("b"), ("k",)), 10, 5, ("k",), total)
     expected = run_reference(case.script, _bindings(case), plan, EventShape.INTERVAL)
     assert len(expected.output) > 6, "the scenario must produce windows"
 
     def build(s):
         joined = s["a"].join(s["b"], on="k")
-        return (
-            joined.hopping_window(10, 5)
-            .group_by("k")
-            .aggregate(n=F.count("*"), s=F.sum(F.col("v") + F.col("right_v")))
-        )
+        return joined.hopping_window(10, 5).group_by("k").aggregate(**aggregates)
 
     _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
+    assert made and all((m is not None) == pushed for m in made)
+
+
+@pytest.mark.parametrize("cuts", [[], [2], [3, 5], [5]])
+def test_a_pair_open_at_infinity_counts_up_to_the_latest_pushed_interval(app, cuts, monkeypatch):
+    # Two edges that never close pair into an edge that stays open when the CTIs reach +inf:
+    # the window counts it up to the latest time it has seen, here the end of an interval
+    # pair that the join handed the window as partial aggregates (their latest time with them).
+    made = []
+    real = join_operator.push_window
+    monkeypatch.setattr(join_operator, "push_window", lambda *a: made.append(real(*a)) or made[-1])
+    script = EventScript()
+    script.insert("b", edge_start(0, {"k": 1, "v": 10}))
+    script.insert("a", edge_start(2, {"k": 1, "v": 1}))
+    script.insert("b", edge_start(28, {"k": 2, "v": 20}))
+    script.insert("a", edge_start(30, {"k": 2, "v": 2}))
+    script.insert("a", edge_end(30, 35, {"k": 2, "v": 2}))
+    script.insert("b", edge_end(28, 40, {"k": 2, "v": 20}))  # then the CTIs go to +inf
+    shapes = {"a": EventShape.EDGE, "b": EventShape.EDGE}
+    case = Case(script, shapes, dict.fromkeys("ab", EXPLICIT), 6)
+    plan = Window(Join(Input("a"), Input("b"), ("k",)), 10, 10, ("k",), (("n", len),))
+    expected = run_reference(case.script, _bindings(case), plan, EventShape.INTERVAL)
+    assert (30, 40, {"k": 1, "n": 1}) in [(e.start, e.end, e.payload) for e in expected.output]
+
+    def build(s):
+        joined = s["a"].join(s["b"], on="k")
+        return joined.tumbling_window(10).group_by("k").aggregate(n=F.count("*"))
+
+    _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
+    assert made and all(m is not None for m in made)
 
 
 @pytest.mark.parametrize("shape", [EventShape.POINT, EventShape.INTERVAL])
