@@ -511,7 +511,8 @@ def _pair_rows(p: _Pairing, lt: Any, rt: Any) -> Any:
 def _with_partials(p: _Pairing, rows: Any, edge: np.ndarray, start: Any, end: Any) -> Any:
     """The edges of ``rows`` as they are, its intervals as PARTIAL rows of the window that reads
     the join (:class:`PushedWindow`): per window and group its keys (in their payload columns),
-    window start and partial aggregates, and the latest time of its events (``__latest``)."""
+    window start and partial aggregates, and the latest time of its events (``__latest``; a
+    bucket whose intervals fall in no window hands on one row with that time only)."""
     import pyarrow as pa
 
     pushed = p.pushed
@@ -519,8 +520,12 @@ def _with_partials(p: _Pairing, rows: Any, edge: np.ndarray, start: Any, end: An
     counted = pushed_partials(pushed, start[interval], end[interval], rows.filter(interval))
     names = [_WS, *pushed.keys, *pushed.fields.fieldNames()[1:]]
     merged = merge_pushed(pushed, [counted], pa.schema([p.schema.field(n) for n in names]))
+    latest = None
+    if interval.any():  # (empty pairs too: the window's latest time counts every event)
+        latest = int(np.maximum(start[interval], end[interval] - 1).max())
+        if not merged.num_rows:  # in no window: one row with the latest time only
+            merged = pa.table({n: pa.nulls(1, merged.schema.field(n).type) for n in names})
     n = merged.num_rows
-    latest = int(np.maximum(start[interval], end[interval] - 1).max()) if n else None
     partial = {f.name: pa.nulls(n, f.type) for f in p.schema}
     partial[KIND] = pa.repeat(pa.scalar("PARTIAL"), n).cast(p.schema.field(KIND).type)
     partial[_LATEST] = pa.repeat(pa.scalar(latest, pa.int64()), n)

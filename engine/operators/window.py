@@ -241,9 +241,11 @@ def window_aggregate(
         live = f"{END} > {START} AND {hi} > {lo} AND {first} <= {last_ws}"
     ctis = cache.keep(flow.ctis)
     partials = None
-    if not events_too:  # the scan counted the epoch's events in their windows
+    if not events_too:  # the scan (or a join of sides without edges) counted the events
         assert merges is not None and pushed is not None
-        grouped, partials = _merge_partials(pushed, spec, merges[0], state.partials, c_last, True)
+        grouped, partials = _merge_partials(
+            _counted(pushed), spec, merges[0], state.partials, c_last, True
+        )
     else:
         exploded = events.filter(live).withColumn(
             _WS, F.expr(f"explode(sequence({first}, {last_ws}, CAST({hop} AS BIGINT)))")
@@ -254,7 +256,7 @@ def window_aggregate(
                 *(col.alias(name) for m in merges[0] for name, col in m.partial)
             )
             if pushed is not None:  # a join's intervals, counted where they formed
-                new_partials = new_partials.unionByName(pushed.drop(_LATEST))
+                new_partials = new_partials.unionByName(_counted(pushed))
             grouped, partials = _merge_partials(
                 new_partials, spec, merges[0], state.partials, c_last, pushed is not None
             )
@@ -292,6 +294,12 @@ def window_aggregate(
         seen = state.key_last.selectExpr(KEY, f"{spec.pulled_sql(CTI)} AS {CTI}")
     out_keyed, _ = keyed_rises(candidates, out_ctis, state.emitted, seen)
     return replace(out, keyed=cache.keep(out_keyed), key=key), new_state
+
+
+def _counted(pushed: DataFrame) -> DataFrame:
+    """Pushed partial aggregates without a join's latest times (a row whose pairs fall in no
+    window carries only its latest time: no window start)."""
+    return pushed.filter(f"{_WS} IS NOT NULL").drop(_LATEST)
 
 
 def _known_stats(flow: Flow, merging: bool) -> dict[str, int | None] | None:

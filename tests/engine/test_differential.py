@@ -297,30 +297,64 @@ def test_a_window_over_a_join_matches_the_reference(app, cuts, pushed, monkeypat
     assert made and all((m is not None) == pushed for m in made)
 
 
+@pytest.mark.parametrize("empty", [False, True])
 @pytest.mark.parametrize("cuts", [[], [2], [3, 5], [5]])
-def test_a_pair_open_at_infinity_counts_up_to_the_latest_pushed_interval(app, cuts, monkeypatch):
+def test_a_pair_open_at_infinity_counts_up_to_the_latest_pushed_interval(
+    app, cuts, empty, monkeypatch
+):
     # Two edges that never close pair into an edge that stays open when the CTIs reach +inf:
-    # the window counts it up to the latest time it has seen, here the end of an interval
-    # pair that the join handed the window as partial aggregates (their latest time with them).
+    # the window counts it up to the latest time it has seen, here that of a pair that the join
+    # handed the window as partial aggregates (their latest time with them): [30, 35), or
+    # (``empty``) [30, 25), an empty pair in no window, whose time counts all the same.
     made = []
     real = join_operator.push_window
     monkeypatch.setattr(join_operator, "push_window", lambda *a: made.append(real(*a)) or made[-1])
+    end = 25 if empty else 35
     script = EventScript()
     script.insert("b", edge_start(0, {"k": 1, "v": 10}))
     script.insert("a", edge_start(2, {"k": 1, "v": 1}))
     script.insert("b", edge_start(28, {"k": 2, "v": 20}))
-    script.insert("a", edge_start(30, {"k": 2, "v": 2}))
-    script.insert("a", edge_end(30, 35, {"k": 2, "v": 2}))
+    script.insert("a", edge_start(30 if not empty else 20, {"k": 2, "v": 2}))
+    script.insert("a", edge_end(30 if not empty else 20, end, {"k": 2, "v": 2}))
     script.insert("b", edge_end(28, 40, {"k": 2, "v": 20}))  # then the CTIs go to +inf
     shapes = {"a": EventShape.EDGE, "b": EventShape.EDGE}
     case = Case(script, shapes, dict.fromkeys("ab", EXPLICIT), 6)
     plan = Window(Join(Input("a"), Input("b"), ("k",)), 10, 10, ("k",), (("n", len),))
     expected = run_reference(case.script, _bindings(case), plan, EventShape.INTERVAL)
-    assert (30, 40, {"k": 1, "n": 1}) in [(e.start, e.end, e.payload) for e in expected.output]
+    last = (20, 30) if empty else (30, 40)
+    assert (*last, {"k": 1, "n": 1}) in [(e.start, e.end, e.payload) for e in expected.output]
 
     def build(s):
         joined = s["a"].join(s["b"], on="k")
         return joined.tumbling_window(10).group_by("k").aggregate(n=F.count("*"))
+
+    _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
+    assert made and all(m is not None for m in made)
+
+
+@pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7]])
+def test_a_window_over_a_join_without_edges_gets_its_partials_from_the_join(app, cuts, monkeypatch):
+    # Neither side has edges: every pair is an interval, so the window gets partial aggregates
+    # only (no events), and merges them with the open windows it holds from epoch to epoch.
+    made = []
+    real = join_operator.push_window
+    monkeypatch.setattr(join_operator, "push_window", lambda *a: made.append(real(*a)) or made[-1])
+    script = EventScript()
+    script.insert("b", interval(0, 40, {"k": 1, "v": 10}))
+    script.insert("b", interval(0, 40, {"k": 2, "v": 20}))
+    for i, t in enumerate([1, 3, 8, 12, 14, 19, 23, 31]):
+        script.insert("a", point(t, {"k": 1 + i % 2, "v": i}))
+    shapes = {"a": EventShape.POINT, "b": EventShape.INTERVAL}
+    every = AdvanceTimeSettings(AdvanceTimeGenerationSettings(2, 0, True))
+    case = Case(script, shapes, dict.fromkeys("ab", every), 10)
+    total = (("n", len), ("s", lambda rows: sum(r["v"] for r in rows)))
+    plan = Window(Join(Input("a"), Input("b"), ("k",)), 10, 5, ("k",), total)
+    expected = run_reference(case.script, _bindings(case), plan, EventShape.INTERVAL)
+    assert len(expected.output) > 6, "the scenario must produce windows"
+
+    def build(s):
+        joined = s["a"].join(s["b"], on="k")
+        return joined.hopping_window(10, 5).group_by("k").aggregate(n=F.count("*"), s=F.sum("v"))
 
     _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
     assert made and all(m is not None for m in made)
