@@ -27,6 +27,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from engine.errors import QueryBuildError
 from engine.rows import checkpoint
 
 __all__ = ["CheckpointDir"]
@@ -121,7 +122,18 @@ class CheckpointDir:
             kind: Any = importlib.import_module(module)
             for part in name.split("."):
                 kind = getattr(kind, part)
-            return kind(**{k: load(v) for k, v in value["fields"].items()})
+            fields = value["fields"]
+            expected = {f.name for f in dataclasses.fields(kind)}
+            if not set(fields) <= expected:
+                raise QueryBuildError(
+                    f"checkpoint {self.path}: the state snapshot of epoch {epoch} holds a "
+                    f"{name} with fields {sorted(fields)}, written by another version of the "
+                    f"engine; this version's {name} has {sorted(expected)}. Expected a snapshot "
+                    "this version wrote. Fix: restart the query with a new checkpoint directory "
+                    "(it replays its inputs from their start), or resume it with the version "
+                    "that wrote this one"
+                )
+            return kind(**{k: load(v) for k, v in fields.items()})
 
         return epoch, load(json.loads((base / "state.json").read_text()))
 

@@ -39,6 +39,7 @@ from pyspark.sql.types import (
     DoubleType,
     FloatType,
     LongType,
+    NumericType,
     StringType,
     StructField,
     StructType,
@@ -50,6 +51,7 @@ from engine.operators.window import (
     _WS,
     PushedWindow,
     WindowSpec,
+    _bytewise,
     merge_pushed,
     push_window,
     pushed_partials,
@@ -393,7 +395,9 @@ def _key_codes(p: _Pairing, lt: Any, rt: Any) -> tuple[np.ndarray, np.ndarray]:
     nl = lt.num_rows
     codes, null = [], np.zeros(nl + rt.num_rows, dtype=bool)
     for (lk, rk), typ in zip(p.keys, p.key_types, strict=True):
-        both = pa.chunked_array([*lt.column(lk).cast(typ).chunks, *rt.column(rk).cast(typ).chunks])
+        # (unsafe: a bigint beyond 2**53 rounds to a double, as Spark's cast does)
+        sides = [t.column(c).cast(typ, safe=False) for t, c in ((lt, lk), (rt, rk))]
+        both = pa.chunked_array([*sides[0].chunks, *sides[1].chunks])
         null |= both.is_null().to_numpy(zero_copy_only=False)
         if pa.types.is_floating(typ):  # one zero and one NaN, as Spark's join normalizes them
             x = both.to_numpy(zero_copy_only=False).astype(np.float64)
@@ -469,22 +473,19 @@ def _pair_rows(p: _Pairing, lt: Any, rt: Any) -> Any:
     if not lt.num_rows or not rt.num_rows:
         return p.schema.empty_table()
     cl, cr = _key_codes(p, lt, rt)
-    # the right rows of each left row's key: a range of the right rows in key order
-    order = np.argsort(cr, kind="stable")
-    sorted_codes = cr[order]
-    lo = np.searchsorted(sorted_codes, cl, side="left")
-    many = np.where(cl >= 0, np.searchsorted(sorted_codes, cl, side="right") - lo, 0)
     L, R = _Side(lt, 0), _Side(rt, 1)
-    parts, total = [], np.cumsum(many)
-    first = 0
-    while first < len(many):  # chunks of about _CHUNK candidate pairs
-        done = total[first - 1] if first else 0
-        last = max(first + 1, int(np.searchsorted(total, done + _CHUNK, side="right")))
-        k = many[first:last]
-        li = np.repeat(np.arange(first, last), k)
-        offsets = np.arange(len(li)) - np.repeat(np.cumsum(k) - k, k)
-        parts.append(_chunk_rows(p, L, R, li, order[np.repeat(lo[first:last], k) + offsets]))
-        first = last
+    everything = np.arange(len(cr))
+    if p.edges:  # every pair of equal keys: pairs of held events may end now
+        pairs = [(np.arange(len(cl)), everything)]
+    else:  # only pairs with a new event: the others formed and left complete earlier
+        pairs = [(np.flatnonzero(L.new), everything), (np.flatnonzero(~L.new), everything[R.new])]
+    parts = [
+        _chunk_rows(p, L, R, li, ri)
+        for lefts, rights in pairs
+        for li, ri in _equal(cl, cr, lefts, rights)
+    ]
+    if not parts:
+        return p.schema.empty_table()
     li, ri, edge, start, end, pos = (np.concatenate(c) for c in zip(*parts, strict=True))
     if not len(li) and p.pushed is None:
         return p.schema.empty_table()
@@ -540,6 +541,25 @@ def _with_partials(p: _Pairing, rows: Any, edge: np.ndarray, start: Any, end: An
     return pa.concat_tables([pa.table(edges, schema=p.schema), pa.table(partial, schema=p.schema)])
 
 
+def _equal(cl: np.ndarray, cr: np.ndarray, lefts: np.ndarray, rights: np.ndarray):
+    """The pairs ``(left row, right row)`` of ``lefts`` and ``rights`` (row numbers) with equal
+    key codes (not null: -1), in chunks of about :data:`_CHUNK` pairs."""
+    # the right rows of each left row's key: a range of ``rights`` in key order
+    order = rights[np.argsort(cr[rights], kind="stable")]
+    codes = cr[order]
+    lo = np.searchsorted(codes, cl[lefts], side="left")
+    many = np.where(cl[lefts] >= 0, np.searchsorted(codes, cl[lefts], side="right") - lo, 0)
+    total = np.cumsum(many)
+    first = 0
+    while first < len(many):
+        done = total[first - 1] if first else 0
+        last = max(first + 1, int(np.searchsorted(total, done + _CHUNK, side="right")))
+        k = many[first:last]
+        offsets = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)
+        yield np.repeat(lefts[first:last], k), order[np.repeat(lo[first:last], k) + offsets]
+        first = last
+
+
 def _chunk_rows(p: _Pairing, L: _Side, R: _Side, li: np.ndarray, ri: np.ndarray):
     """The output rows of the candidate pairs ``(li, ri)``: (left row, right row, edge code 0
     none / 1 START / 2 END, start, end, position as an ``(n, 5)`` array)."""
@@ -552,8 +572,6 @@ def _chunk_rows(p: _Pairing, L: _Side, R: _Side, li: np.ndarray, ri: np.ndarray)
     sl, sr = L.start[li], R.start[ri]
     fresh = L.new[li] | R.new[ri]
     keep = (el > sl) & (er > sr) & (sl < er) & (sr < el)
-    if not p.edges:  # every pair is complete when it forms: none formed earlier can end now
-        keep &= fresh
     li, ri, f, kl, kr, fresh = li[keep], ri[keep], f[keep], kl[keep], kr[keep], fresh[keep]
     start = np.maximum(L.start[li], R.start[ri])
     sides = [
@@ -726,12 +744,24 @@ def join(
 
 
 def _key_types(ev: list[DataFrame], keys: list[tuple[str, str]]) -> list[Any]:
-    """The Spark type each key compares in: its type, or where the sides' types differ, the
-    wider one (a union's)."""
+    """The Spark type each key compares in: its type, or for two numeric types the wider one
+    (a union's, as Spark's comparison widens them). Raises :class:`QueryBuildError` for other
+    types that differ, and for strings with a collation (compared here byte by byte)."""
     out = []
     for lk, rk in keys:
         a, b = ev[0].schema[lk].dataType, ev[1].schema[rk].dataType
-        out.append(a if a == b else ev[0].select(lk).union(ev[1].select(rk)).schema[0].dataType)
+        if a == b and _bytewise(a):
+            out.append(a)
+        elif isinstance(a, NumericType) and isinstance(b, NumericType):
+            out.append(ev[0].select(lk).union(ev[1].select(rk)).schema[0].dataType)
+        else:
+            raise QueryBuildError(
+                f"join: key {lk!r} is {a.simpleString()} on the left and {rk!r} is "
+                f"{b.simpleString()} on the right; expected one type on both sides (two numeric "
+                "types are compared in the wider one), and strings without a collation. Fix: "
+                f"cast one side's key with select(), e.g. F.col({rk!r}).cast("
+                f"{a.simpleString() if _bytewise(a) else 'string'!r})"
+            )
     return out
 
 

@@ -104,6 +104,39 @@ def test_keys_of_different_integer_types_match_by_value(app):
     assert out == [point(1, {"k": 7, "v": "a", "right_k": 7, "w": "x"}), cti(MAX_TIME)]
 
 
+def test_a_bigint_key_beyond_2_53_meets_a_double_key_as_spark_compares_them(app, spark):
+    # Spark compares a bigint with a double as doubles: 2**53 + 1 rounds to 2**53
+    script = EventScript()
+    script.insert("l", point(1, {"k": 2**53 + 1, "v": "a"}))
+    script.insert("r", interval(0, 5, {"k": float(2**53), "w": "x"}))
+    inputs = {
+        "l": In(EventShape.POINT, NEVER, "k bigint, v string"),
+        "r": In(EventShape.INTERVAL, NEVER, "k double, w string"),
+    }
+    build = lambda s: s["l"].join(s["r"], on="k")  # noqa: E731
+    out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, 1)
+    left = spark.createDataFrame([(2**53 + 1,)], "k bigint")
+    right = spark.createDataFrame([(float(2**53),)], "k double")
+    assert left.join(right, left.k == right.k).count() == 1
+    assert [e.payload["w"] for e in out if e.kind is not EventKind.CTI] == ["x"]
+
+
+def test_keys_of_types_that_do_not_widen_are_refused_with_the_fix(app):
+    script = EventScript()
+    script.insert("l", point(1, {"k": 7, "v": "a"}))
+    script.insert("r", interval(0, 5, {"k": "7", "w": "x"}))
+    inputs = {
+        "l": In(EventShape.POINT, NEVER, "k int, v string"),
+        "r": In(EventShape.INTERVAL, NEVER, "k string, w string"),
+    }
+    build = lambda s: s["l"].join(s["r"], on="k")  # noqa: E731
+    with pytest.raises(QueryBuildError) as refused:
+        spark_run(app, script, inputs, build, EventShape.INTERVAL, 1)
+    text = str(refused.value)
+    assert "'k' is int on the left" in text and "string on the right" in text
+    assert "expected" in text and "Fix: cast" in text
+
+
 def test_an_open_edge_pair_ends_once_the_other_sides_cti_passes_the_known_end(app):
     script = EventScript()
     script.insert("r", edge_start(0, {"k": 1}))  # reference: open from 0

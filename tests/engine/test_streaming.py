@@ -404,3 +404,25 @@ def test_steady_steps_of_a_started_query_compile_no_new_code(app, kafka_broker):
             conf.set(k, v)
     assert sum(e.kind is EventKind.INSERT for e in MemoryOutputFactory.collected(name)) == 14
     assert counts[2:] == [0, 0, 0], f"compilations per step: {counts}"
+
+
+def test_a_state_snapshot_from_another_version_is_refused_with_the_fix(spark, tmp_path):
+    # A join's state had a field of pending pairs until session 24; a snapshot holding it
+    # cannot be resumed by this version: the error says which and what to do.
+    from engine.checkpoint import CheckpointDir
+    from engine.operators.join import JoinState
+
+    cp = CheckpointDir(tmp_path / "cp")
+    cp.save_state(3, {"ops": [JoinState()]})
+    written = tmp_path / "cp" / "state" / "3" / "state.json"
+    state = json.loads(written.read_text())
+    [[key, [join_state]]] = state["__dict__"]  # {"ops": [JoinState]}, as save_state writes it
+    assert key == "ops"
+    join_state["fields"]["pairs"] = None  # as the earlier version wrote it
+    written.write_text(json.dumps(state))
+    with pytest.raises(QueryBuildError) as refused:
+        cp.latest_state(spark)
+    text = str(refused.value)
+    assert "epoch 3" in text and "JoinState" in text and "'pairs'" in text
+    assert "another version" in text and "Fix: restart the query with a new checkpoint" in text
+    assert CheckpointDir(tmp_path / "fresh").latest_state(spark) is None
