@@ -103,9 +103,10 @@ class Flow:
     ``latest``: the largest of ``ctis`` as the driver knows it without a Spark job (``MIN_TIME``:
     the epoch has no CTI), or None when only a job over ``ctis`` can tell.
 
-    ``partials``: an input's flow into a window that its scan aggregates
-    (:class:`engine.operators.window.PushedWindow`): the epoch's partial aggregates (``__ws``,
-    keys, partial columns), its events then empty; else None."""
+    ``partials``: the epoch's partial aggregates (``__ws``, keys, partial columns) for the window
+    that alone reads this flow (:class:`engine.operators.window.PushedWindow`), computed by an
+    input's scan (its events then empty) or by a join (its events then its edges only, and each
+    row also the latest time of the pairs counted in it, ``__latest``); else None."""
 
     events: DataFrame
     ctis: DataFrame

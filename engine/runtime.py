@@ -834,6 +834,7 @@ def _read_for_lifetimes(root: Node) -> set[int]:
 
 
 def _windows_over_joins(root: Node) -> dict[int, WindowSpec]:
+    """Per join that a window alone reads (by id), that window's spec."""
     readers = Counter(id(c) for n in walk(root) for c in n.children())
     return {
         id(n.child): WindowSpec(n.size, n.hop, n.keys, n.aggregates, n.point_at_end)
