@@ -406,7 +406,7 @@ def _key_codes(p: _Pairing, lt: Any, rt: Any) -> tuple[np.ndarray, np.ndarray]:
             continue
         try:
             codes.append(
-                pc.dictionary_encode(both.combine_chunks()).indices.to_numpy(zero_copy_only=False)
+                pc.dictionary_encode(both.combine_chunks()).indices.fill_null(-1).to_numpy()
             )
         except pa.ArrowNotImplementedError:  # nested types: by their Python values
             seen: dict = {}
