@@ -820,9 +820,14 @@ def join(
     tagged = cache.keep(
         c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
     )
-    # without edges on either side every pair is complete when it forms: nothing to search
+    # without edges on either side every pair is complete when it forms: nothing to search,
+    # and no job where the driver knows both sides' latest CTIs
     edges = left.edges or right.edges
-    found = collect_ctis(tagged, state.latest, search=edges, limit=None)
+    known = [left.latest, right.latest]
+    if not edges and None not in known:
+        found = EpochCtis([max(a, b) for a, b in zip(state.latest, known, strict=True)], [[], []])
+    else:
+        found = collect_ctis(tagged, state.latest, search=edges, limit=None)
     latest = found.latest
 
     schemas = [side.schema for side in ev]
