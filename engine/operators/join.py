@@ -12,17 +12,16 @@ first moment the end is determined: both sides complete (end = the smaller end),
 complete with end ``e`` and the other side's CTI at or past ``e`` (the other cannot end before it,
 so end = ``e``). An end at or before the start makes the pair empty; egress never releases it.
 
-Moments order the rows of both sides: (position, side, events / END edges / CTI). Per epoch,
-both sides' CTIs of the epoch are collected to the driver, and one Arrow function per bucket of
-keys (``cogroup``) takes both sides' held events, new events and END edges of those keys: each
-END edge closes its START edge there (numpy, by start, payload and arrival rank), then a pair
-with a new event forms now and leaves as an interval or a START edge (with its END edge if its
-end becomes known in the epoch); a pair of two held events formed in an earlier epoch, and
-leaves now only as the END edge of a pair whose end becomes known now. Read only by a window, a
-pair whose end is known in the epoch it forms in leaves as one interval where it forms. State:
-per side, the events that can still meet a future event (open edges, and events ending after
-the other side's CTI), which the same function hands back as rows: both events of a pair whose
-end is still unknown are among them. It shrinks as the CTIs advance.
+Moments order the rows of both sides: (position, side, events / END edges / CTI). Per epoch, each
+side's events (held and new) get their END edges by a ranked join in Spark, both sides' CTIs of
+the epoch are collected to the driver, and one Arrow function per key (``cogroup``) pairs the
+key's events: a pair with a new event forms now and leaves as an interval or a START edge (with
+its END edge if its end becomes known in the epoch); a pair of two held events formed in an
+earlier epoch, and leaves now only as the END edge of a pair whose end becomes known now. Read
+only by a window, a pair whose end is known in the epoch it forms in leaves as one interval
+where it forms. State: per side, the events that can still meet a future event (open edges,
+and events ending after the other side's CTI): both events of a pair whose end is still
+unknown are among them. It shrinks as the CTIs advance.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from pyspark.sql.types import (
     BooleanType,
     DoubleType,
     FloatType,
-    IntegerType,
     LongType,
     NumericType,
     StringType,
@@ -83,15 +81,8 @@ __all__ = ["JoinState", "join", "output_columns"]
 
 _AT, _ID, _OPEN, _CLOSED = "__at", "__id", "__open", "__closed"  # moment, identity, end known at
 _CLOSED_NOW = "__closed_now"  # an END edge of this epoch closed the event
-_IS_END = "__isend"  # an END edge of the epoch, sent with its side's events (see _Side)
-#: a moment as the join's rows carry it (:func:`_moment`)
-_MOMENT_TYPE = StructType(
-    [
-        StructField("pos", POS_TYPE, False),
-        StructField("side", IntegerType(), False),
-        StructField("k", IntegerType(), False),
-    ]
-)
+#: a pair's sides' ends as known, and when they became known (null: still open)
+_SIDE_ENDS = ("__l_end", "__l_c", "__r_end", "__r_c")
 
 
 @dataclass
@@ -140,10 +131,11 @@ def _side_events(
     held: DataFrame | None,
     payload: list[str],
     cache: EpochCache,
+    identity: bool = True,
 ) -> DataFrame:
-    """Held and new events of one side (for the anti-join), each with a unique ``__id``, its end
-    as known by the end of the epoch, the moment that end became known (``__closed``; null
-    while open) and whether an END edge of this epoch closed it (``__closed_now``)."""
+    """Held and new events of one side, each with its end as known by the end of the epoch, the
+    moment that end became known (``__closed``; null while open) and whether an END edge of
+    this epoch closed it (``__closed_now``). ``identity``: each event gets a unique ``__id``."""
     edge = F.col(EDGE)
     arrival = _moment(F.col(POS), side, 0)
     new = flow.events.filter(~edge.eqNullSafe("END")).select(
@@ -155,9 +147,9 @@ def _side_events(
         F.lit(True).alias("__new"),
         *payload,
     )
-    # unique per moment: several events can arrive at one position (a shuffle)
-    n = F.row_number().over(Window.partitionBy(_AT).orderBy(START, *payload))
-    new = new.withColumn(_ID, F.struct(F.col(_AT).alias("at"), n.alias("n")))
+    if identity:  # unique per moment: several events can arrive at one position (a shuffle)
+        n = F.row_number().over(Window.partitionBy(_AT).orderBy(START, *payload))
+        new = new.withColumn(_ID, F.struct(F.col(_AT).alias("at"), n.alias("n")))
     events = new if held is None else held.withColumn("__new", F.lit(False)).unionByName(new)
     if not flow.edges:  # no END edge can come: nothing is open, nothing to close
         # not kept: selections over the input's rows (kept upstream) and the held ones
@@ -330,9 +322,6 @@ class _Pairing:
     schema: Any  # the output's Arrow schema
     #: the window that alone reads the join, whose partial aggregates the join computes
     pushed: PushedWindow | None = None
-    #: with ``intervals``: a pair whose end is unknown leaves nothing until its end is known,
-    #: then one interval (:func:`join`, ``points``)
-    defer: bool = False
 
 
 def _le(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -355,90 +344,31 @@ def _greatest(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 class _Side:
-    """One side's rows (:func:`_sent`) as numpy arrays: its events, held and new, with their
-    ends as known at the end of the epoch. A side without edges sends no ``__closed`` (its
-    events' ends are known when they arrive); a side with edges also sends the epoch's END
-    edges (``__isend``), each closing the earliest arrived open START edge with its start and
-    payload (semantics §1: an END edge closes the START edge with the same start and payload)."""
+    """One side's events (the rows of :func:`_side_events`, as :func:`join` sends them) as numpy
+    arrays: a side without edges sends no ``__closed`` (its events' ends are known when they
+    arrive) and every side sends its events' arrival positions (``__p``), not their moments."""
 
-    def __init__(self, t: Any, side: int, payload: tuple[str, ...]) -> None:
+    def __init__(self, t: Any, side: int) -> None:
         import pyarrow.compute as pc
 
-        ends = None
-        if _IS_END in t.column_names:
-            is_end = pc.fill_null(t.column(_IS_END), False)
-            ends, t = t.filter(is_end), t.filter(pc.invert(is_end))
-        #: the events (not the END edges), whose columns the output takes
-        self.table = t
         self.start = t.column(START).to_numpy()
-        self.end = t.column(END).to_numpy().copy()
+        self.end = t.column(END).to_numpy()
         self.new = t.column("__new").to_numpy(zero_copy_only=False)
         n = t.num_rows
         self.at = np.zeros((n, 7), dtype=np.int64)
-        self.at[:, :5] = _positions(t.column("__p"))
+        pos = t.column("__p")
+        for j in range(5):
+            self.at[:, j] = pc.struct_field(pos, [j]).to_numpy(zero_copy_only=False)
         self.at[:, 5] = side
+        if _CLOSED in t.column_names:
+            self.closed, self.known = _moments(t.column(_CLOSED))
+            now = pc.fill_null(t.column(_CLOSED_NOW), False).to_numpy(zero_copy_only=False)
+        else:
+            self.closed, self.known, now = self.at, np.ones(n, dtype=bool), np.zeros(n, bool)
         #: every event's end known when it arrived (no edges)
         self.complete = _CLOSED not in t.column_names
-        now = np.zeros(n, dtype=bool)
-        if self.complete:
-            self.closed, self.known, self.open = self.at, np.ones(n, bool), np.zeros(n, bool)
-        else:
-            self.closed, self.known = _moments(t.column(_CLOSED))
-            self.known = self.known.copy()
-            self.open = pc.fill_null(t.column(_OPEN), False).to_numpy(zero_copy_only=False).copy()
-            if ends is not None and ends.num_rows:
-                now = self._close(ends, side, payload)
         #: the end was known before this epoch
         self.known_before = self.known & ~self.new & ~now
-
-    def _close(self, ends: Any, side: int, payload: tuple[str, ...]) -> np.ndarray:
-        """Close the open START edges that ``ends`` (END edges) end: the k-th END edge (by
-        position) of a (start, payload) closes the k-th open START edge (by arrival) of it.
-        Returns which events closed now."""
-        import pyarrow as pa
-
-        now = np.zeros(len(self.open), dtype=bool)
-        opened = np.flatnonzero(self.open)
-        if not len(opened):
-            return now
-        taken = pa.array(opened)
-        columns = [
-            pa.chunked_array([*self.table.column(c).take(taken).chunks, *ends.column(c).chunks])
-            for c in (START, *payload)
-        ]
-        code = _row_codes(columns)
-        co, ce = code[: len(opened)], code[len(opened) :]
-        at_end = _positions(ends.column("__p"))
-        ro, re = _ranks(co, self.at[opened, :5]), _ranks(ce, at_end)
-        width = int(max(ro.max(), re.max())) + 1
-        _, io, ie = np.intersect1d(co * width + ro, ce * width + re, return_indices=True)
-        rows = opened[io]
-        self.end[rows] = ends.column(END).to_numpy()[ie]
-        self.open[rows] = False
-        self.closed[rows, :5] = at_end[ie]
-        self.closed[rows, 5], self.closed[rows, 6] = side, 1
-        self.known[rows] = True
-        now[rows] = True
-        return now
-
-
-def _positions(column: Any) -> np.ndarray:
-    """Positions (a struct of five integers) as an ``(n, 5)`` array."""
-    import pyarrow.compute as pc
-
-    out = np.empty((len(column), 5), dtype=np.int64)
-    for j in range(5):
-        out[:, j] = pc.struct_field(column, [j]).to_numpy(zero_copy_only=False)
-    return out
-
-
-def _ranks(code: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Each row's rank (from 0) among the rows of its ``code``, in position order."""
-    order = np.lexsort((*pos.T[::-1], code))
-    ranked = code[order]
-    out = np.empty(len(code), dtype=np.int64)
-    out[order] = np.arange(len(code)) - np.searchsorted(ranked, ranked, side="left")
-    return out
 
 
 def _moments(column: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -460,54 +390,36 @@ def _key_codes(p: _Pairing, lt: Any, rt: Any) -> tuple[np.ndarray, np.ndarray]:
     """Per row of each side, a code equal where the join keys are equal (as Spark compares
     them: floating point -0.0 equals 0.0 and NaN equals NaN), -1 where a key is null."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     nl = lt.num_rows
-    columns = []
+    codes, null = [], np.zeros(nl + rt.num_rows, dtype=bool)
     for (lk, rk), typ in zip(p.keys, p.key_types, strict=True):
         # (unsafe: a bigint beyond 2**53 rounds to a double, as Spark's cast does)
         sides = [t.column(c).cast(typ, safe=False) for t, c in ((lt, lk), (rt, rk))]
-        columns.append(pa.chunked_array([*sides[0].chunks, *sides[1].chunks]))
-    codes = [_column_codes(c) for c in columns]
-    null = np.any(np.stack([c < 0 for c in codes]), axis=0)
-    code = np.where(null, -1, _combined(codes))
-    return code[:nl], code[nl:]
-
-
-def _row_codes(columns: list[Any]) -> np.ndarray:
-    """Per row, a code equal where every one of ``columns`` is equal or null in both, as
-    Spark's ``<=>`` compares them."""
-    return _combined([_column_codes(c) for c in columns])
-
-
-def _combined(codes: list[np.ndarray]) -> np.ndarray:
-    if len(codes) == 1:
-        return codes[0]
-    return np.unique(np.stack(codes, 1), axis=0, return_inverse=True)[1].reshape(-1)
-
-
-def _column_codes(column: Any) -> np.ndarray:
-    """Per value of ``column`` (an Arrow array), a code from 0 equal where the values are equal
-    as Spark compares them (floating point -0.0 equals 0.0, NaN equals NaN); -1 for null."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    null = column.is_null().to_numpy(zero_copy_only=False)
-    if pa.types.is_floating(column.type):  # one zero and one NaN, as Spark normalizes them
-        x = pc.fill_null(column, 0.0).to_numpy(zero_copy_only=False).astype(np.float64)
-        x = np.where(x == 0, 0.0, np.where(np.isnan(x), np.nan, x))
-        code = np.unique(x.view(np.int64), return_inverse=True)[1].reshape(-1)
-    else:
-        if isinstance(column, pa.ChunkedArray):
-            column = column.combine_chunks()
+        both = pa.chunked_array([*sides[0].chunks, *sides[1].chunks])
+        null |= both.is_null().to_numpy(zero_copy_only=False)
+        if pa.types.is_floating(typ):  # one zero and one NaN, as Spark's join normalizes them
+            x = both.to_numpy(zero_copy_only=False).astype(np.float64)
+            x = np.where(x == 0, 0.0, np.where(np.isnan(x), np.nan, x))
+            codes.append(np.unique(x.view(np.int64), return_inverse=True)[1])
+            continue
         try:
-            code = pc.dictionary_encode(column).indices.fill_null(0).to_numpy()
+            codes.append(
+                pc.dictionary_encode(both.combine_chunks()).indices.fill_null(-1).to_numpy()
+            )
         except pa.ArrowNotImplementedError:  # nested types: by their Python values
             seen: dict = {}
-            code = np.array(
-                [seen.setdefault(_hashable(v), len(seen)) for v in column.to_pylist()],
-                dtype=np.int64,
+            codes.append(
+                np.array([seen.setdefault(_hashable(v), len(seen)) for v in both.to_pylist()])
             )
-    return np.where(null, -1, np.asarray(code, dtype=np.int64))
+    code = (
+        codes[0]
+        if len(codes) == 1
+        else np.unique(np.stack(codes, 1), axis=0, return_inverse=True)[1]
+    )
+    code = np.where(null, -1, np.asarray(code, dtype=np.int64).reshape(-1))
+    return code[:nl], code[nl:]
 
 
 def _hashable(v: Any) -> Any:
@@ -552,27 +464,16 @@ def _determined(p: _Pairing, at: np.ndarray, at_old: np.ndarray, ls: dict, rs: d
 
 
 def _pair_rows(p: _Pairing, lt: Any, rt: Any) -> Any:
-    """Executor side of the join, for the keys of one bucket (``lt``, ``rt``: both sides' rows,
-    :func:`_sent`): the epoch's output rows, then each side's events that can still meet a
-    future event of the other (``HELD0``, ``HELD1``: the join's state for the next epoch)."""
-    L, R = _Side(lt, 0, p.left), _Side(rt, 1, p.right)
-    out = [_pairs(p, L, R), _held_rows(p, L, 0), _held_rows(p, R, 1)]
-    out = [t for t in out if t is not None]
-    if not out:
-        return p.schema.empty_table()
+    """Executor side of the join, for the keys of one bucket (``lt``, ``rt``: both sides' held
+    and new events): the epoch's output rows. Pairs with a new event form now; pairs of held
+    events formed in an earlier epoch and leave here only as the END edge of a pair whose end
+    becomes known now."""
     import pyarrow as pa
 
-    return pa.concat_tables(out)
-
-
-def _pairs(p: _Pairing, L: _Side, R: _Side) -> Any:
-    """The pairs' rows (with a window that reads the join: its edges, and its intervals as
-    partial aggregates), or None. Pairs with a new event form now; pairs of held events formed
-    in an earlier epoch and leave here only as the END edge of a pair whose end becomes known
-    now."""
-    if not L.table.num_rows or not R.table.num_rows:
-        return None
-    cl, cr = _key_codes(p, L.table, R.table)
+    if not lt.num_rows or not rt.num_rows:
+        return p.schema.empty_table()
+    cl, cr = _key_codes(p, lt, rt)
+    L, R = _Side(lt, 0), _Side(rt, 1)
     everything = np.arange(len(cr))
     if p.edges:  # every pair of equal keys: pairs of held events may end now
         pairs = [(np.arange(len(cl)), everything)]
@@ -584,81 +485,28 @@ def _pairs(p: _Pairing, L: _Side, R: _Side) -> Any:
         for li, ri in _equal(cl, cr, lefts, rights)
     ]
     if not parts:
-        return None
+        return p.schema.empty_table()
     li, ri, edge, start, end, pos = (np.concatenate(c) for c in zip(*parts, strict=True))
     if not len(li) and p.pushed is None:
-        return None
-    import pyarrow as pa
-
+        return p.schema.empty_table()
+    pos_type = p.schema.field(POS).type
+    position = pa.StructArray.from_arrays(
+        [pa.array(pos[:, j]).cast(f.type) for j, f in enumerate(pos_type)], fields=list(pos_type)
+    )
     edges = pa.DictionaryArray.from_arrays(
         pa.array(edge, pa.int8(), mask=edge == 0), pa.array(["", "START", "END"], pa.string())
     )
     li_, ri_ = pa.array(li), pa.array(ri)
     arrays = [pa.repeat(pa.scalar("INSERT"), len(li)), edges, pa.array(start), pa.array(end)]
-    arrays += [_position_array(p, pos), *(L.table.column(c).take(li_) for c in p.left)]
-    arrays += [R.table.column(c).take(ri_) for c in p.right]
-    rows = _table(p, dict(zip(p.schema.names, arrays, strict=False)), len(li))
+    arrays += [position, *(lt.column(c).take(li_) for c in p.left)]
+    arrays += [rt.column(c).take(ri_) for c in p.right]
+    fields = list(p.schema)[: len(arrays)]
+    rows = pa.Table.from_arrays(
+        [a.cast(f.type) for a, f in zip(arrays, fields, strict=True)], schema=pa.schema(fields)
+    )
     if p.pushed is None:
         return rows
     return _with_partials(p, rows, edge, start, end)
-
-
-def _held_rows(p: _Pairing, side: _Side, i: int) -> Any:
-    """Side ``i``'s events that can still meet a future event of the other side (open edges,
-    and events ending after its CTI), as ``HELD<i>`` rows, or None: both events of a pair whose
-    end is still to be learnt are among them (it forms again from them in the next epoch)."""
-    import pyarrow as pa
-
-    rows = np.flatnonzero(side.open | (side.end > p.latest[1 - i]))
-    if not len(rows):
-        return None
-    first = len(HEADER) + (0 if i == 0 else len(p.left))
-    payload = p.left if i == 0 else p.right
-    taken = pa.array(rows)
-    closed = side.closed[rows]
-    moment = p.schema.field(_CLOSED).type
-    columns = {
-        KIND: pa.repeat(pa.scalar(f"HELD{i}"), len(rows)),
-        START: pa.array(side.start[rows]),
-        END: pa.array(side.end[rows]),
-        POS: _position_array(p, side.at[rows, :5]),
-        _OPEN: pa.array(side.open[rows]),
-        _CLOSED: pa.StructArray.from_arrays(
-            [
-                _position_array(p, closed[:, :5]),
-                pa.array(closed[:, 5]).cast(moment.field("side").type),
-                pa.array(closed[:, 6]).cast(moment.field("k").type),
-            ],
-            fields=list(moment),
-            mask=pa.array(~side.known[rows]),
-        ),
-    }
-    for name, c in zip(p.schema.names[first:], payload, strict=False):
-        columns[name] = side.table.column(c).take(taken)
-    return _table(p, columns, len(rows))
-
-
-def _position_array(p: _Pairing, pos: np.ndarray) -> Any:
-    """Positions (an ``(n, 5)`` array) as the output's position structs."""
-    import pyarrow as pa
-
-    typ = p.schema.field(POS).type
-    return pa.StructArray.from_arrays(
-        [pa.array(pos[:, j]).cast(f.type) for j, f in enumerate(typ)], fields=list(typ)
-    )
-
-
-def _table(p: _Pairing, columns: dict[str, Any], n: int) -> Any:
-    """A table of the output's schema: ``columns`` (cast to its types), nulls elsewhere."""
-    import pyarrow as pa
-
-    return pa.table(
-        {
-            f.name: columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type)
-            for f in p.schema
-        },
-        schema=p.schema,
-    )
 
 
 def _with_partials(p: _Pairing, rows: Any, edge: np.ndarray, start: Any, end: Any) -> Any:
@@ -679,10 +527,18 @@ def _with_partials(p: _Pairing, rows: Any, edge: np.ndarray, start: Any, end: An
         if not merged.num_rows:  # in no window: one row with the latest time only
             merged = pa.table({n: pa.nulls(1, merged.schema.field(n).type) for n in names})
     n = merged.num_rows
-    partial = {c: merged.column(c) for c in names}
-    partial[KIND] = pa.repeat(pa.scalar("PARTIAL"), n)
+    partial = {f.name: pa.nulls(n, f.type) for f in p.schema}
+    partial[KIND] = pa.repeat(pa.scalar("PARTIAL"), n).cast(p.schema.field(KIND).type)
     partial[_LATEST] = pa.repeat(pa.scalar(latest, pa.int64()), n)
-    return pa.concat_tables([rows.filter(~interval), _table(p, partial, n)])
+    partial.update({c: merged.column(c) for c in names})
+    edges = rows.filter(~interval)
+    edges = {
+        f.name: edges.column(f.name)
+        if f.name in rows.column_names
+        else pa.nulls(edges.num_rows, f.type)
+        for f in p.schema
+    }
+    return pa.concat_tables([pa.table(edges, schema=p.schema), pa.table(partial, schema=p.schema)])
 
 
 def _equal(cl: np.ndarray, cr: np.ndarray, lefts: np.ndarray, rights: np.ndarray):
@@ -738,62 +594,19 @@ def _chunk_rows(p: _Pairing, L: _Side, R: _Side, li: np.ndarray, ri: np.ndarray)
         known = (ls["known"] & rs["known"]) | (ls["known"] & (ls["end"] <= p.latest[1]))
         known |= rs["known"] & (rs["end"] <= p.latest[0])
         out.append((opened & known, 0, ends_known, f))
-        if not p.defer:
-            out.append((opened & ~known, 1, np.full(len(li), MAX_TIME), f))
+        out.append((opened & ~known, 1, np.full(len(li), MAX_TIME), f))
         asked = ~fresh
     else:
         out.append((opened, 1, np.full(len(li), MAX_TIME), f))
         asked = ~whole
     if p.edges and asked.any():
         det, found, old = _determined(p, f, ~fresh, ls, rs)
-        out.append((asked & found & ~old, 0 if p.defer else 2, ends_known, det))
+        out.append((asked & found & ~old, 2, ends_known, det))
     rows = [
         (li[m], ri[m], np.full(int(m.sum()), code), start[m], e[m], at[m, :5])
         for m, code, e, at in out
     ]
     return tuple(np.concatenate(c) for c in zip(*rows, strict=True))
-
-
-def _sent(flow: Flow, side: int, held: DataFrame | None, payload: list[str]) -> DataFrame:
-    """One side's rows for the join's Arrow function (:class:`_Side`): its held events and the
-    epoch's new ones, each with its start, end, arrival position (``__p``) and whether it is
-    new; with edges also whether it is an open START edge (``__open``), the moment its end
-    became known (``__closed``, null while open), and the epoch's END edges (``__isend``)."""
-    cols = sql_names(payload)
-    at = f"{_AT}.pos AS __p"
-    if flow.edges:
-        arrival = f"named_struct('pos', {POS}, 'side', {side}, 'k', 0)"
-        new = flow.events.selectExpr(
-            START,
-            END,
-            f"{POS} AS __p",
-            "true AS __new",
-            f"{EDGE} <=> 'START' AS {_OPEN}",
-            f"CASE WHEN {EDGE} IS NULL THEN {arrival} END AS {_CLOSED}",
-            f"{EDGE} <=> 'END' AS {_IS_END}",
-            *cols,
-        )
-        old = (
-            None
-            if held is None
-            else held.selectExpr(
-                START, END, at, "false AS __new", _OPEN, _CLOSED, f"false AS {_IS_END}", *cols
-            )
-        )
-    else:
-        new = flow.events.selectExpr(START, END, f"{POS} AS __p", "true AS __new", *cols)
-        old = None if held is None else held.selectExpr(START, END, at, "false AS __new", *cols)
-    return new if old is None else old.unionByName(new)
-
-
-def _held_state(out: DataFrame, side: int, names: list[str], payload: list[str]) -> DataFrame:
-    """Side ``side``'s state for the next epoch: its ``HELD`` rows of the join's output, as
-    held events (start, end, arrival moment, open, moment the end became known, payload)."""
-    moment = f"named_struct('pos', {POS}, 'side', {side}, 'k', 0) AS {_AT}"
-    cols = [f"{a} AS {b}" for a, b in zip(sql_names(names), sql_names(payload), strict=True)]
-    return hold(
-        out.filter(f"{KIND} = 'HELD{side}'").selectExpr(START, END, moment, _OPEN, _CLOSED, *cols)
-    )
 
 
 def join(
@@ -805,7 +618,6 @@ def join(
     keyed_sides: tuple[bool, bool] = (True, True),
     intervals: bool = False,
     window: WindowSpec | None = None,
-    points: tuple[bool, bool] = (False, False),
 ) -> tuple[Flow, JoinState]:
     """``keyed_sides``: whether each side's keyed CTIs may be used (docs/decisions.md,
     "Per-key CTIs": not from a side with a join below it, whose pairs end by that side's CTI).
@@ -814,31 +626,23 @@ def join(
     as a START edge there and an END edge where its end became known (docs/decisions.md).
     ``window``: with ``intervals``, the window that alone reads the output: where
     :func:`push_window` takes its aggregates over the output's columns and the output has no
-    substreams, the join hands it those intervals as partial aggregates (``Flow.partials``).
-    ``points``: whether every event of each side is a point. With ``intervals``, one side of
-    points and no substreams, a pair whose end is not known yet leaves nothing; it leaves as
-    one interval in the epoch its end becomes known, so the output has no edges. Such a pair
-    is a point ``[s, s + 1)``: every window it overlaps ends at ``s + 1`` or later, which the
-    join's CTI (at most the other side's) passes only once the other side's CTI has passed
-    ``s + 1``, which makes the pair's end known: no window completes without it."""
+    substreams, the join hands it those intervals as partial aggregates (``Flow.partials``)."""
     from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
     pl = [c for c in left.events.columns if c not in HEADER]
     pr = [c for c in right.events.columns if c not in HEADER]
     names = output_columns(pl, pr)
-    ev = [_sent(left, 0, state.held[0], pl), _sent(right, 1, state.held[1], pr)]
+    ev = [
+        _side_events(left, 0, state.held[0], pl, cache, identity=False),
+        _side_events(right, 1, state.held[1], pr, cache, identity=False),
+    ]
     c_l, c_r = left.ctis, right.ctis
     tagged = cache.keep(
         c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
     )
-    # without edges on either side every pair is complete when it forms: nothing to search,
-    # and no job where the driver knows both sides' latest CTIs
+    # without edges on either side every pair is complete when it forms: nothing to search
     edges = left.edges or right.edges
-    known = [left.latest, right.latest]
-    if not edges and None not in known:
-        found = EpochCtis([max(a, b) for a, b in zip(state.latest, known, strict=True)], [[], []])
-    else:
-        found = collect_ctis(tagged, state.latest, search=edges, limit=None)
+    found = collect_ctis(tagged, state.latest, search=edges, limit=None)
     latest = found.latest
 
     schemas = [side.schema for side in ev]
@@ -857,7 +661,6 @@ def join(
         ]
     )
     key = keyed_inputs([left, right], list(keyed_sides), on)
-    defer = intervals and key is None and any(points)
     pushed = None
     if window is not None and intervals and key is None:
         conf = ev[0].sparkSession.conf
@@ -869,7 +672,6 @@ def join(
         for f in pushed.fields.fields:
             out_schema.add(f)
         out_schema.add(_LATEST, LongType())
-    out_schema.add(_OPEN, BooleanType()).add(_CLOSED, _MOMENT_TYPE)  # HELD rows' (_held_rows)
     keys = [(_field(schemas[0], k).name, _field(schemas[1], k).name) for k in on]
     key_types = _key_types(ev, keys)
     ctis_in_order = [sorted(f or []) for f in found.found]
@@ -886,15 +688,19 @@ def join(
         tuple(np.array([p for _, p in s], dtype=np.int64).reshape(-1, 5) for s in ctis_in_order),
         to_arrow_schema(out_schema, timezone="UTC"),
         pushed,
-        defer,
     )
-    # Both sides' rows, in buckets by a hash of their keys (one Arrow function call per
+    # Both sides' events, in buckets by a hash of their keys (one Arrow function call per
     # bucket, not per key; eight a partition, so that one call holds an eighth of a partition's
-    # rows: B2 runs as fast as with one a partition). The right side's columns get new names
-    # where both sides come from one plan (e.g. a stream joined with a window over it).
+    # rows: B2 runs as fast as with one a partition); what they send: see _Side. The right
+    # side's columns get new names where both sides come from one plan (e.g. a stream joined
+    # with a window over it).
     buckets = 8 * max(1, int(ev[0].sparkSession.conf.get("spark.sql.shuffle.partitions")))
     grouped = []
-    for i, side in enumerate(ev):
+    for i, flow in enumerate((left, right)):
+        sent = [START, END, F.col(f"{_AT}.pos").alias("__p"), "__new"]
+        if flow.edges:
+            sent += [_CLOSED, _CLOSED_NOW]
+        side = ev[i].select(*sent, *(pl if i == 0 else pr))
         if i == 1:
             side = side.toDF(*side.columns)
         bucket = F.pmod(F.xxhash64(*_normalized(keys, key_types, i)), F.lit(buckets))
@@ -907,21 +713,26 @@ def join(
     )
     partials = None
     if pushed is not None:
+        names_sql = sql_names([*HEADER, *names])
         partial_names = [*pushed.keys, *pushed.fields.fieldNames(), _LATEST]
         partials = events_out.filter(f"{KIND} = 'PARTIAL'").selectExpr(*sql_names(partial_names))
-    # Keep what can still meet a future event of the other side, as the Arrow function chose.
-    held: list[DataFrame | None] = [
-        _held_state(events_out, 0, names[: len(pl)], pl),
-        _held_state(events_out, 1, names[len(pl) :], pr),
-    ]
-    events_out = events_out.filter(f"{KIND} = 'INSERT'").selectExpr(*sql_names([*HEADER, *names]))
+        events_out = events_out.filter(f"{KIND} <> 'PARTIAL'").selectExpr(*names_sql)
 
     # CTIs: the minimum of both sides' latest.
     ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
 
+    # Keep what can still meet a future event of the other side (a pair whose end is still to
+    # be learnt has both its events held: it forms again from them in the next epoch).
+    held: list[DataFrame | None] = [
+        ev[i]
+        .filter(F.col(_OPEN) | (F.col(END) > F.lit(latest[1 - i])))
+        .drop("__new", _CLOSED_NOW)
+        .transform(hold)
+        for i in (0, 1)
+    ]
     new_state = JoinState(held, latest, max(state.emitted, min(latest)))
     rose = min(latest) if min(latest) > state.emitted else MIN_TIME
-    out = Flow(events_out, ctis, edges and not defer, latest=rose, partials=partials)
+    out = Flow(events_out, ctis, edges, latest=rose, partials=partials)
     if key is None:
         return out, new_state
     pairs = zip((left, right), keyed_sides, strict=True)

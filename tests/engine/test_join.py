@@ -3,7 +3,6 @@ older CTI of both sides, edges whose end is determined by the other side's CTI, 
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
 from adapters.memory import (
@@ -27,7 +26,6 @@ from engine import (
     interval,
     point,
 )
-from engine.operators.join import _Side
 from tests.harness import In, spark_run
 
 EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # CTI at each start
@@ -247,46 +245,3 @@ def test_a_join_whose_prefixed_name_is_taken_is_refused_with_the_names(app):
     message = r"two columns named 'right_k' .*Fix: rename a column with select\(\)"
     with pytest.raises(QueryBuildError, match=message):
         spark_run(app, script, inputs, build, EventShape.INTERVAL, 1)
-
-
-def _side_rows(events: list[tuple], ends: list[tuple]) -> pa.Table:
-    """One side's rows as the join sends them to its Arrow function (``_sent``): open START
-    edges ``(start, arrival offset, w)`` and END edges ``(start, end, arrival offset, w)``."""
-    position = pa.struct(
-        [(n, pa.int64() if n in ("arr", "off") else pa.int32()) for n in _POSITION_NAMES]
-    )
-    moment = pa.struct([("pos", position), ("side", pa.int32()), ("k", pa.int32())])
-
-    def pos(off: int) -> dict:
-        return {"arr": off, "inp": 1, "off": off, "part": 0, "sub": 0}
-
-    rows = [(s, MAX_TIME, pos(a), True, True, None, False, w) for s, a, w in events]
-    rows += [(s, e, pos(a), True, False, None, True, w) for s, e, a, w in ends]
-    names = ["__start", "__end", "__p", "__new", "__open", "__closed", "__isend", "k", "w"]
-    columns = list(zip(*rows, strict=True))
-    types = [pa.int64(), pa.int64(), position, pa.bool_(), pa.bool_(), moment, pa.bool_()]
-    arrays = [pa.array(c, t) for c, t in zip(columns, types, strict=False)]
-    arrays += [pa.array([1] * len(rows), pa.int64()), pa.array(columns[-1], pa.float64())]
-    return pa.table(arrays, names=names)
-
-
-_POSITION_NAMES = ("arr", "inp", "off", "part", "sub")
-
-
-def test_an_end_edge_closes_the_earliest_open_start_edge_with_its_start_and_payload():
-    # Two START edges alike (start 5, w 1.0) and one of another payload; END edges close the
-    # alike ones in the order they arrived, whatever the order of rows, and the other payload's
-    # edge stays open. Floating point payloads compare as Spark's <=>: -0.0 equals 0.0, NaN
-    # equals NaN, null equals null.
-    nan = float("nan")
-    events = [(5, 20, 1.0), (5, 10, 1.0), (5, 11, 2.0), (7, 12, -0.0), (8, 13, nan), (9, 14, None)]
-    ends = [(5, 30, 40, 1.0), (7, 31, 41, 0.0), (8, 32, 42, nan), (9, 33, 43, None)]
-    side = _Side(_side_rows(events, ends), 1, ("k", "w"))
-    assert side.table.num_rows == len(events)  # the END edges are not events
-    closed = {i: int(side.end[i]) for i in range(len(events)) if side.known[i]}
-    assert closed == {1: 30, 3: 31, 4: 32, 5: 33}  # the START edge that arrived at 10, not 20
-    assert list(side.open) == [True, False, True, False, False, False]
-    assert [tuple(side.closed[1])] == [(40, 1, 40, 0, 0, 1, 1)]  # the END edge's moment
-    assert not side.known_before.any()
-    second = _Side(_side_rows(events, [*ends, (5, 35, 45, 1.0)]), 1, ("k", "w"))
-    assert int(second.end[0]) == 35 and not second.open[0]  # then the one that arrived at 20
