@@ -38,6 +38,8 @@ from engine._spark import settle_worker
 from engine.errors import CtiViolationError, MalformedRecordError
 from engine.events import EdgeType, Event, EventKind
 from engine.operators.window import PushedWindow, merge_pushed, pushed_partials
+from engine.packed import ARROW, PACKED_TYPE, unpacked
+from engine.packed import pack as pack_events
 from engine.rows import (
     CTI,
     EDGE,
@@ -148,6 +150,7 @@ def ingress_epoch(
     in_order: bool = False,
     read: SourceRead | None = None,
     pushed: PushedWindow | None = None,
+    packed: bool = False,
 ) -> tuple[Flow, IngressState]:
     """Run one epoch of ``spec``'s ingress.
 
@@ -158,8 +161,9 @@ def ingress_epoch(
     partition's rows in position order (as the input was read). ``read``: how ``raw`` was read;
     given with ``in_order``, the scan runs in the read's own Python task. ``pushed``: the window
     that alone reads this input; the scan computes its partial aggregates and hands Spark those
-    (:attr:`Flow.partials`) instead of the events. Returns the input's events and CTIs and the
-    state after the epoch.
+    (:attr:`Flow.partials`) instead of the events. ``packed``: the scan hands Spark its events
+    packed (:mod:`engine.packed`, :attr:`Flow.packed`; the input has no edges). Returns the
+    input's events and CTIs and the state after the epoch.
     """
     settings = spec.settings
     gen = settings.generation if settings else None
@@ -207,19 +211,22 @@ def ingress_epoch(
         spec.flush_on_stop,
         policy is AdvanceTimePolicy.ADJUST,
         pushed,
+        payload if packed else None,
     )
     if in_order and not broadcast and read is not None:
         names = seq.schema.fieldNames()
         a = read.map(
             spark,
             lambda raws: step(_own(b, names) for b in raws),
-            _sequenced_schema(seq.schema, pushed),
+            _sequenced_schema(seq.schema, pushed, packed),
         )
     elif in_order and not broadcast:
-        a = seq.mapInArrow(step, _sequenced_schema(seq.schema, pushed))
+        a = seq.mapInArrow(step, _sequenced_schema(seq.schema, pushed, packed))
     else:
         ordered = seq.repartition(_P).sortWithinPartitions(_P, POS)
-        a = ordered.groupBy(_P).applyInArrow(step, _sequenced_schema(ordered.schema, pushed))
+        a = ordered.groupBy(_P).applyInArrow(
+            step, _sequenced_schema(ordered.schema, pushed, packed)
+        )
     a = cache.keep(a)
 
     new_state, first_violation, first_bad = _collect_state(a, state)
@@ -231,11 +238,16 @@ def ingress_epoch(
     if policy is None and first_violation is not None:
         violation = _StopEpoch(first_violation, _violation_error(a, spec, first_violation))
 
-    # pushed: the scan handed Spark no events, only the rows that raise the CTI or break it
-    taken = "false" if pushed is not None else f"{KIND} = 'INSERT' AND NOT __drop"
+    # pushed or packed: the scan handed Spark no events as rows, only the rows that raise the
+    # CTI or break it
+    taken = "false" if pushed is not None or packed else f"{KIND} = 'INSERT' AND NOT __drop"
     events = a.filter(f"{taken} AND NOT ({EDGE} <=> 'END')").selectExpr(
         KIND, EDGE, f"CASE WHEN __adj THEN __cb ELSE {START} END AS {START}", END, POS, *quoted
     )
+    packs = None
+    if packed:
+        packs = a.filter(f"{KIND} = 'PACKED'").select(ARROW)
+        events = unpacked(packs, events.schema)
     partials = None
     if pushed is not None:
         partials = a.filter(f"{KIND} = 'PARTIAL'").select(*pushed.keys, *pushed.fields.fieldNames())
@@ -260,7 +272,8 @@ def ingress_epoch(
     latest = new_state.emitted if new_state.emitted > state.emitted else MIN_TIME
     over = spec.ordering.over if spec.ordering is not None else None
     if over is None:
-        return Flow(events, ctis, spec.edges, latest=latest, partials=partials), new_state
+        flow = Flow(events, ctis, spec.edges, latest=latest, partials=partials, packed=packs)
+        return flow, new_state
     candidates = cache.keep(_key_candidates(a, change, spec, state, new_state))
     keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
     new_state.key_seen = checkpoint(seen)
@@ -492,10 +505,13 @@ _COUNTS = [
 _LAST = ["arrival", "offset", "ended", "next"]
 
 
-def _sequenced_schema(schema: StructType, pushed: PushedWindow | None = None) -> StructType:
+def _sequenced_schema(
+    schema: StructType, pushed: PushedWindow | None = None, packed: bool = False
+) -> StructType:
     """The scan's output: its input's columns but ``__src``, then the sequenced ones and the
-    summary, then ``pushed``'s window start and partial columns. Every column may be null: a
-    STATE row has no payload and no position, a PARTIAL row only its keys and partials."""
+    summary, then ``pushed``'s window start and partial columns, or with ``packed`` the packed
+    events' column. Every column may be null: a STATE row has no payload and no position, a
+    PARTIAL row only its keys and partials, a PACKED row only its packed events."""
     pos = schema[POS].dataType
     summary = StructType([StructField(k, LongType()) for k in [*_CARRIED, *_COUNTS]])
     summary = summary.add("first_violation", pos).add("first_bad", pos)
@@ -507,6 +523,8 @@ def _sequenced_schema(schema: StructType, pushed: PushedWindow | None = None) ->
     out = out.add(_SUM, summary)
     for f in pushed.fields.fields if pushed is not None else []:
         out = out.add(f.name, f.dataType)
+    if packed:
+        out = out.add(ARROW, PACKED_TYPE)
     return out
 
 
@@ -518,6 +536,7 @@ def _sequencer(
     flush_on_stop: bool,
     adjust: bool,
     pushed: PushedWindow | None = None,
+    pack: list[str] | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The per-partition scan of §3 over one source partition's rows in arrival order.
 
@@ -535,8 +554,13 @@ def _sequencer(
     scan: every column costs its conversion to Arrow and back and its place in the cached
     output. With ``pushed``, the events taken go into the window's partial aggregates
     (:func:`engine.operators.window.pushed_partials`) instead: the scan hands on only the rows
-    that raise or break the CTI, then one PARTIAL row per window and group, before STATE."""
+    that raise or break the CTI, then one PARTIAL row per window and group, before STATE. With
+    ``pack`` (the payload's names), the events taken are packed (:mod:`engine.packed`: start
+    as adjusted, end, position, payload) and handed on as PACKED rows, the rest as with
+    ``pushed``."""
     extra = _pushed_arrow(pushed)
+    if pack is not None:
+        extra = [pa.field(ARROW, pa.binary())]
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
@@ -558,6 +582,7 @@ def _sequencer(
                 firsts: dict[str, Any] = {"first_violation": None, "first_bad": None}
                 last: list[Any] = [None, None, 0, None]
                 partials: list[pa.Table] = []  # pushed: each batch's partial aggregates
+                taken_events: list[pa.RecordBatch] = []  # pack: each batch's events
             if part["min"] != carried["part"] or part["max"] != carried["part"]:
                 raise RuntimeError(
                     f"ingress scan: rows of source partitions {part} in the scan of partition "
@@ -663,11 +688,18 @@ def _sequencer(
             out = pa.RecordBatch.from_arrays(
                 [*(b.column(i) for i in kept), *columns.values()], names=[*schema.names, *columns]
             )
-            if pushed is None:
+            if pushed is None and pack is None:
                 yield out
                 continue
             taken = insert & ~(viol & ~adj) & ~is_end  # the events the window counts
-            if taken.any():
+            if taken.any() and pack is not None:
+                starts = pa.array(np.where(adj, cb, start))
+                events = pa.RecordBatch.from_arrays(
+                    [starts, b.column(END), pos, *(b.column(c) for c in pack)],
+                    names=[START, END, POS, *pack],
+                )
+                taken_events.append(events if taken.all() else events.filter(pa.array(taken)))
+            elif taken.any():
                 used = b.select(_pushed_columns(pushed))
                 if not taken.all():
                     used = used.filter(pa.array(taken))
@@ -680,6 +712,10 @@ def _sequencer(
             return
         if partials:
             yield _partial_rows(pushed, partials, schema, extra, carried["part"])
+        if taken_events:
+            yield _packed_rows(
+                pack_events(pa.Table.from_batches(taken_events)), schema, extra, carried["part"]
+            )
         if last[3] is None and last[1] is not None:
             last[3] = last[1] + 1
         row = {f.name: pa.nulls(1, f.type) for f in schema}
@@ -746,6 +782,21 @@ def _partial_rows(
     row[_P] = pa.array([part] * n, schema.field(_P).type)
     for name in merged.column_names:
         row[name] = merged.column(name).combine_chunks()
+    return pa.RecordBatch.from_arrays(list(row.values()), names=list(row))
+
+
+def _packed_rows(
+    values: list[bytes], schema: pa.Schema, extra: list[pa.Field], part: int
+) -> pa.RecordBatch:
+    """A partition's PACKED rows: one per packed chunk of its events, every other column null."""
+    n = len(values)
+    row = {f.name: pa.nulls(n, f.type) for f in schema}
+    arrow = {"long": pa.int64(), "boolean": pa.bool_()}
+    row.update({name: pa.nulls(n, arrow[typ]) for name, typ in _SEQUENCED})
+    row[_SUM] = pa.nulls(n, _summary_type(schema.field(POS).type))
+    row[KIND] = pa.array(["PACKED"] * n, schema.field(KIND).type)
+    row[_P] = pa.array([part] * n, schema.field(_P).type)
+    row[ARROW] = pa.array(values, extra[0].type)
     return pa.RecordBatch.from_arrays(list(row.values()), names=list(row))
 
 

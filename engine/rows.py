@@ -106,7 +106,10 @@ class Flow:
     ``partials``: the epoch's partial aggregates (``__ws``, keys, partial columns) for the window
     that alone reads this flow (:class:`engine.operators.window.PushedWindow`), computed by an
     input's scan (its events then empty) or by a join (its events then its edges only, and each
-    row also the latest time of the pairs counted in it, ``__latest``); else None."""
+    row also the latest time of the pairs counted in it, ``__latest``); else None.
+
+    ``packed``: an input's events packed by its scan (:mod:`engine.packed`), for the lookup
+    join that alone reads it; ``events`` then unpacks them, for a plan that needs rows."""
 
     events: DataFrame
     ctis: DataFrame
@@ -115,6 +118,7 @@ class Flow:
     key: str | None = None
     latest: int | None = None
     partials: DataFrame | None = None
+    packed: DataFrame | None = None
 
     def merged(self) -> Flow:
         """The same stream with its substreams merged: its CTIs only."""

@@ -125,6 +125,8 @@ class Runtime:
         #: per join that one window alone reads, that window (its partial aggregates may be
         #: computed by the join: engine.operators.join)
         self._join_windows = _windows_over_joins(self.root)
+        #: the input indexes whose scan packs their events for the lookup join that reads them
+        self._packed = self._packed_inputs()
         self._held = Checkpoints()
         # held while state DataFrames are read from another thread (operator_metrics) and
         # while an epoch releases the checkpoints its old state read
@@ -205,6 +207,35 @@ class Runtime:
             if window is not None:
                 pushed[b.spec.index] = window
         return pushed
+
+    def _packed_inputs(self) -> set[int]:
+        """The inputs whose scan packs their events (engine.packed): an input without edges,
+        substreams or a pushed window, read only by a join whose other side has an input that
+        imports this one's CTIs (the seeds' lookup: a slow reference stream synchronized with a
+        fast data stream, which the join pairs with the reference side collected whole)."""
+        readers: dict[int, list[Node]] = {}
+        for node in walk(self.root):
+            for child in node.children():
+                readers.setdefault(id(child), []).append(node)
+        importers = {
+            b.spec.name: b.spec.settings.import_settings.stream_name
+            for b in self.inputs
+            if b.spec.settings is not None and b.spec.settings.import_settings is not None
+        }
+        packed = set()
+        for b in self.inputs:
+            by = readers.get(id(b.node), [])
+            if len(by) != 1 or not isinstance(by[0], JoinNode) or by[0].left is by[0].right:
+                continue
+            if b.spec.edges or b.spec.ordering is not None or b.spec.index in self._pushed:
+                continue
+            other = by[0].right if by[0].left is b.node else by[0].left
+            if any(
+                isinstance(n, InputNode) and importers.get(n.name) == b.spec.name
+                for n in walk(other)
+            ):
+                packed.add(b.spec.index)
+        return packed
 
     def _payload_schema(self, node: InputNode, adapter: InputAdapter) -> StructType:
         """The binding's ``schema=`` override; else the adapter's own; for a template input the
@@ -705,6 +736,7 @@ class Runtime:
                 read,
                 # a traced run records the input's events
                 self._pushed.get(b.spec.index) if trace is None else None,
+                trace is None and b.spec.index in self._packed,
             )
             flows[id(b.node)] = flow
             if trace is not None:  # the input's keyed CTIs (made after trace.ingress)

@@ -689,28 +689,27 @@ def join(
         to_arrow_schema(out_schema, timezone="UTC"),
         pushed,
     )
-    # Both sides' events, in buckets by a hash of their keys (one Arrow function call per
-    # bucket, not per key; eight a partition, so that one call holds an eighth of a partition's
-    # rows: B2 runs as fast as with one a partition); what they send: see _Side. The right
-    # side's columns get new names where both sides come from one plan (e.g. a stream joined
-    # with a window over it).
-    buckets = 8 * max(1, int(ev[0].sparkSession.conf.get("spark.sql.shuffle.partitions")))
-    grouped = []
+    sent = []
     for i, flow in enumerate((left, right)):
-        sent = [START, END, F.col(f"{_AT}.pos").alias("__p"), "__new"]
+        cols = [START, END, F.col(f"{_AT}.pos").alias("__p"), "__new"]
         if flow.edges:
-            sent += [_CLOSED, _CLOSED_NOW]
-        side = ev[i].select(*sent, *(pl if i == 0 else pr))
-        if i == 1:
-            side = side.toDF(*side.columns)
-        bucket = F.pmod(F.xxhash64(*_normalized(keys, key_types, i)), F.lit(buckets))
-        grouped.append(side.groupBy(bucket.alias("__b")))
-    events_out = checkpoint(
-        grouped[0]
-        .cogroup(grouped[1])
-        .applyInArrow(lambda lt, rt: _pair_rows(pairing, lt, rt), out_schema),
-        eager=False,
-    )
+            cols += [_CLOSED, _CLOSED_NOW]
+        sent.append(ev[i].select(*cols, *(pl if i == 0 else pr)))
+    big = _packed_side(left, right)
+    small = None if big is None else _collected(sent[1 - big], LOOKUP_ROWS)
+    held_rows = None
+    if big is not None and small is not None:
+        payload = pl if big == 0 else pr
+        events_out = checkpoint(
+            _lookup_pairs(
+                pairing, big, small, (left, right)[big].packed, state.held[big], payload, out_schema
+            ),
+            eager=False,
+        )
+        held_rows = events_out.filter(f"{KIND} = 'HELD'")
+        events_out = events_out.filter(f"{KIND} <> 'HELD'")
+    else:
+        events_out = checkpoint(_cogrouped(pairing, sent, keys, key_types, out_schema), eager=False)
     partials = None
     if pushed is not None:
         names_sql = sql_names([*HEADER, *names])
@@ -728,6 +727,8 @@ def join(
         .filter(F.col(_OPEN) | (F.col(END) > F.lit(latest[1 - i])))
         .drop("__new", _CLOSED_NOW)
         .transform(hold)
+        if held_rows is None or i != big
+        else _held_of_rows(held_rows, i, pl if i == 0 else pr, names[len(pl) :] if i else pl)
         for i in (0, 1)
     ]
     new_state = JoinState(held, latest, max(state.emitted, min(latest)))
@@ -741,6 +742,116 @@ def join(
         tagged, sides, state.latest, ctis, state.emitted, state.keys
     )
     return replace(out, keyed=cache.keep(keyed), key=key), new_state
+
+
+#: A lookup join pairs its fast side's packed events with its other side collected whole when
+#: that side has at most this many events (held and new) in the epoch; above it, by ``cogroup``
+LOOKUP_ROWS = 100_000
+
+
+def _packed_side(left: Flow, right: Flow) -> int | None:
+    """The side whose events came packed (:mod:`engine.packed`), if only one did."""
+    packed = [f.packed is not None for f in (left, right)]
+    return packed.index(True) if packed.count(True) == 1 else None
+
+
+def _collected(side: DataFrame, limit: int) -> Any:
+    """``side``'s rows as one Arrow table on the driver (one job), or None above ``limit``."""
+    import pyarrow as pa
+
+    batches = side.limit(limit + 1)._collect_as_arrow(empty_list_if_zero_records=False)
+    table = pa.Table.from_batches(batches)
+    return None if table.num_rows > limit else table
+
+
+def _cogrouped(
+    p: _Pairing, sent: list[DataFrame], keys: list, key_types: list, out_schema: StructType
+) -> DataFrame:
+    """Both sides' events (``sent``; what they send: see _Side), in buckets by a hash of their
+    keys, paired by one Arrow function call per bucket, not per key: eight buckets a partition,
+    so that one call holds an eighth of a partition's rows (B2 runs as fast as with one a
+    partition). The right side's columns get new names where both sides come from one plan
+    (e.g. a stream joined with a window over it)."""
+    spark = sent[0].sparkSession
+    buckets = 8 * max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    grouped = []
+    for i, side in enumerate(sent):
+        if i == 1:
+            side = side.toDF(*side.columns)
+        bucket = F.pmod(F.xxhash64(*_normalized(keys, key_types, i)), F.lit(buckets))
+        grouped.append(side.groupBy(bucket.alias("__b")))
+    pair = grouped[0].cogroup(grouped[1])
+    return pair.applyInArrow(lambda lt, rt: _pair_rows(p, lt, rt), out_schema)
+
+
+def _lookup_pairs(
+    p: _Pairing,
+    big: int,
+    small: Any,
+    packed: DataFrame,
+    held: DataFrame | None,
+    payload: list[str],
+    out_schema: StructType,
+) -> DataFrame:
+    """A lookup join's pairs: one Arrow function over the packed events of side ``big`` (this
+    epoch's from its scan, and its held ones packed) pairs each chunk with side ``small``'s
+    events, collected whole (an Arrow table: held and new, as :func:`_cogrouped` sends them).
+    Besides the output rows it hands back, as ``HELD`` rows, the events of side ``big`` that can
+    still meet a future event (ending after the other side's latest CTI): no edges come packed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from engine.packed import ARROW, packed_frame, unpack
+
+    chunks = packed.select(ARROW, F.lit(True).alias("__new"))
+    if held is not None:
+        rows = held.select(START, END, F.col(f"{_AT}.pos").alias(POS), *payload)
+        chunks = chunks.unionByName(
+            packed_frame(rows, rows.columns).withColumn("__new", F.lit(False))
+        )
+    schema = p.schema
+    names = [f.name for f in schema]
+    own = (p.left, p.right)[big]
+    placed = dict(zip(own, names[len(HEADER) + (len(p.left) if big else 0) :], strict=False))
+    after = p.latest[1 - big]
+
+    def pairs(batches):
+        for b in batches:
+            for value, new in zip(b.column(ARROW), b.column("__new"), strict=True):
+                t = unpack(value)
+                n = t.num_rows
+                side = t.rename_columns(["__p" if c == POS else c for c in t.column_names])
+                side = side.append_column("__new", pa.repeat(pa.scalar(new.as_py()), n))
+                lt, rt = (side, small) if big == 0 else (small, side)
+                yield from _pair_rows(p, lt, rt).to_batches()
+                kept = t.filter(pc.greater(t.column(END), after))
+                if kept.num_rows:
+                    k = kept.num_rows
+                    row = {f.name: pa.nulls(k, f.type) for f in schema}
+                    row[KIND] = pa.repeat(pa.scalar("HELD"), k).cast(schema.field(KIND).type)
+                    row[START], row[END], row[POS] = (kept.column(c) for c in (START, END, POS))
+                    row.update({placed[c]: kept.column(c) for c in own})
+                    yield from pa.table(
+                        [row[c].cast(schema.field(c).type) for c in names], schema=schema
+                    ).to_batches()
+
+    return chunks.mapInArrow(pairs, out_schema)
+
+
+def _held_of_rows(rows: DataFrame, side: int, payload: list[str], placed: list[str]) -> DataFrame:
+    """Held events of a packed side from its ``HELD`` rows (:func:`_lookup_pairs`), as
+    :func:`_side_events` holds them: an event without edges, its end known when it arrived."""
+    arrival = _moment(F.col(POS), side, 0)
+    return hold(
+        rows.select(
+            START,
+            END,
+            arrival.alias(_AT),
+            F.lit(False).alias(_OPEN),
+            arrival.alias(_CLOSED),
+            *[F.col(n).alias(c) for n, c in zip(placed, payload, strict=True)],
+        )
+    )
 
 
 def _key_types(ev: list[DataFrame], keys: list[tuple[str, str]]) -> list[Any]:

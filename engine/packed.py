@@ -1,0 +1,99 @@
+"""Events handed from one Python function to the next as Arrow IPC streams, one binary value per
+chunk of rows (docs/decisions.md, "Packed events").
+
+A lookup join's fast input (a stream whose CTIs the join's other side imports) is read only by
+that join: its scan hands Spark its events packed (``PACKED`` rows, column :data:`ARROW`), and
+the join's Arrow function pairs them with the other side, collected whole. Spark then moves a
+few binary values per epoch instead of converting every event to its rows, caching, shuffling
+and sorting them, and converting them back to Arrow. Every packed table has the columns ``__start``,
+``__end``, ``__pos`` and the payload; :func:`unpacked` turns packed rows back into events for
+any plan that needs them as rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+from engine.rows import EDGE, END, KIND, POS, START
+
+__all__ = ["ARROW", "PACKED_TYPE", "pack", "packed_frame", "unpack", "unpacked"]
+
+#: the column that holds a packed chunk of events
+ARROW = "__arrow"
+PACKED_TYPE = BinaryType()
+#: rows per packed value (about 8 MB for B2's events): a bound on one value's size
+CHUNK = 1 << 17
+
+
+def pack(table: pa.Table | pa.RecordBatch) -> list[bytes]:
+    """``table``'s rows as Arrow IPC streams of at most :data:`CHUNK` rows each."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    out = []
+    for lo in range(0, table.num_rows, CHUNK):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table.slice(lo, CHUNK))
+        out.append(sink.getvalue().to_pybytes())
+    return out
+
+
+def unpack(value: Any) -> pa.Table:
+    """The table packed in one :data:`ARROW` value (bytes, or an Arrow binary scalar)."""
+    if isinstance(value, pa.Scalar):
+        value = value.as_buffer()
+    return pa.ipc.open_stream(value).read_all()
+
+
+def unpacked(packed: DataFrame, events: StructType) -> DataFrame:
+    """The events packed in ``packed``'s :data:`ARROW` column as rows of schema ``events``
+    (``__kind`` INSERT, ``__edge`` null, then the packed columns): lazy, one Arrow function."""
+    names = events.fieldNames()
+
+    def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for value in b.column(ARROW):
+                if not value.is_valid:
+                    continue
+                for t in unpack(value).to_batches():
+                    n = t.num_rows
+                    columns = {
+                        KIND: pa.repeat(pa.scalar("INSERT"), n),
+                        EDGE: pa.nulls(n, pa.string()),
+                    }
+                    yield pa.RecordBatch.from_arrays(
+                        [columns[c] if c in columns else t.column(c) for c in names], names=names
+                    )
+
+    return packed.select(ARROW).mapInArrow(rows, events)
+
+
+def packed_frame(rows: DataFrame, columns: list[str]) -> DataFrame:
+    """``rows``' ``columns`` packed: one :data:`ARROW` value per Arrow batch of each partition
+    (none for an empty partition)."""
+
+    def packs(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            if b.num_rows:
+                yield pa.RecordBatch.from_arrays([pa.array(pack(b), pa.binary())], names=[ARROW])
+
+    return rows.select(*columns).mapInArrow(packs, StructType([StructField(ARROW, PACKED_TYPE)]))
+
+
+def event_schema(payload: StructType, pos: Any) -> StructType:
+    """The rows :func:`unpacked` makes of a packed input with payload ``payload``."""
+    from pyspark.sql.types import LongType
+
+    header = [
+        StructField(KIND, StringType()),
+        StructField(EDGE, StringType()),
+        StructField(START, LongType()),
+        StructField(END, LongType()),
+        StructField(POS, pos),
+    ]
+    return StructType([*header, *payload.fields])
