@@ -635,6 +635,7 @@ class Runtime:
                     (not _joins_below(node.left), not _joins_below(node.right)),
                     intervals=id(node) in lifetimes_only,
                     window=self._join_windows.get(id(node)),
+                    points=(_points(node.left), _points(node.right)),
                 )
             elif isinstance(node, AntiJoinNode):
                 flows[id(node)], ops[id(node)] = anti_join(
@@ -873,6 +874,17 @@ def _windows_over_joins(root: Node) -> dict[int, WindowSpec]:
         for n in walk(root)
         if isinstance(n, WindowNode) and isinstance(n.child, JoinNode) and readers[id(n.child)] == 1
     }
+
+
+def _points(node: Node) -> bool:
+    """Whether every event of ``node``'s output is a point (lifetime ``[s, s + 1)``): a point
+    input, through filters, projections and merges (time untouched; ingress drops a point that
+    breaks a CTI, never adjusts it, and arrival-time policies keep points points)."""
+    if isinstance(node, InputNode):
+        return node.shape is EventShape.POINT
+    if isinstance(node, WhereNode | SelectNode | MergeNode):
+        return _points(node.child)
+    return False
 
 
 def _joins_below(node: Node) -> bool:

@@ -322,6 +322,9 @@ class _Pairing:
     schema: Any  # the output's Arrow schema
     #: the window that alone reads the join, whose partial aggregates the join computes
     pushed: PushedWindow | None = None
+    #: with ``intervals``: a pair whose end is unknown leaves nothing until its end is known,
+    #: then one interval (:func:`join`, ``points``)
+    defer: bool = False
 
 
 def _le(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -594,14 +597,15 @@ def _chunk_rows(p: _Pairing, L: _Side, R: _Side, li: np.ndarray, ri: np.ndarray)
         known = (ls["known"] & rs["known"]) | (ls["known"] & (ls["end"] <= p.latest[1]))
         known |= rs["known"] & (rs["end"] <= p.latest[0])
         out.append((opened & known, 0, ends_known, f))
-        out.append((opened & ~known, 1, np.full(len(li), MAX_TIME), f))
+        if not p.defer:
+            out.append((opened & ~known, 1, np.full(len(li), MAX_TIME), f))
         asked = ~fresh
     else:
         out.append((opened, 1, np.full(len(li), MAX_TIME), f))
         asked = ~whole
     if p.edges and asked.any():
         det, found, old = _determined(p, f, ~fresh, ls, rs)
-        out.append((asked & found & ~old, 2, ends_known, det))
+        out.append((asked & found & ~old, 0 if p.defer else 2, ends_known, det))
     rows = [
         (li[m], ri[m], np.full(int(m.sum()), code), start[m], e[m], at[m, :5])
         for m, code, e, at in out
@@ -618,6 +622,7 @@ def join(
     keyed_sides: tuple[bool, bool] = (True, True),
     intervals: bool = False,
     window: WindowSpec | None = None,
+    points: tuple[bool, bool] = (False, False),
 ) -> tuple[Flow, JoinState]:
     """``keyed_sides``: whether each side's keyed CTIs may be used (docs/decisions.md,
     "Per-key CTIs": not from a side with a join below it, whose pairs end by that side's CTI).
@@ -626,7 +631,13 @@ def join(
     as a START edge there and an END edge where its end became known (docs/decisions.md).
     ``window``: with ``intervals``, the window that alone reads the output: where
     :func:`push_window` takes its aggregates over the output's columns and the output has no
-    substreams, the join hands it those intervals as partial aggregates (``Flow.partials``)."""
+    substreams, the join hands it those intervals as partial aggregates (``Flow.partials``).
+    ``points``: whether every event of each side is a point. With ``intervals``, one side of
+    points and no substreams, a pair whose end is not known yet leaves nothing; it leaves as
+    one interval in the epoch its end becomes known, so the output has no edges. Such a pair
+    is a point ``[s, s + 1)``: every window it overlaps ends at ``s + 1`` or later, which the
+    join's CTI (at most the other side's) passes only once the other side's CTI has passed
+    ``s + 1``, which makes the pair's end known: no window completes without it."""
     from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
     pl = [c for c in left.events.columns if c not in HEADER]
@@ -661,6 +672,7 @@ def join(
         ]
     )
     key = keyed_inputs([left, right], list(keyed_sides), on)
+    defer = intervals and key is None and any(points)
     pushed = None
     if window is not None and intervals and key is None:
         conf = ev[0].sparkSession.conf
@@ -688,6 +700,7 @@ def join(
         tuple(np.array([p for _, p in s], dtype=np.int64).reshape(-1, 5) for s in ctis_in_order),
         to_arrow_schema(out_schema, timezone="UTC"),
         pushed,
+        defer,
     )
     sent = []
     for i, flow in enumerate((left, right)):
@@ -733,7 +746,7 @@ def join(
     ]
     new_state = JoinState(held, latest, max(state.emitted, min(latest)))
     rose = min(latest) if min(latest) > state.emitted else MIN_TIME
-    out = Flow(events_out, ctis, edges, latest=rose, partials=partials)
+    out = Flow(events_out, ctis, edges and not defer, latest=rose, partials=partials)
     if key is None:
         return out, new_state
     pairs = zip((left, right), keyed_sides, strict=True)

@@ -297,6 +297,58 @@ def test_a_window_over_a_join_matches_the_reference(app, cuts, pushed, monkeypat
     assert made and all((m is not None) == pushed for m in made)
 
 
+@pytest.mark.parametrize("pushed", [False, True])
+@pytest.mark.parametrize("cuts", [[], [2], [4, 9], [1, 5, 8], [6, 12], [3, 7, 10, 13]])
+def test_a_window_over_a_join_of_points_gets_each_pair_once_its_end_is_known(
+    app, cuts, pushed, monkeypatch
+):
+    # Points joined with open reference edges, read only by a window: a pair whose end is not
+    # known yet (the reference's CTI has not passed the point) leaves nothing; it leaves as one
+    # interval in the epoch its end becomes known (by the reference's CTI, or by an END edge
+    # closing the reference event), so the join's output has no edges at all. Windows end on
+    # the points' ends (s + 1), so a pair counted late or twice changes a window.
+    made = []
+    real = runtime_module.join
+    monkeypatch.setattr(
+        runtime_module, "join", lambda *a, **k: made.append(real(*a, **k)) or made[-1]
+    )
+    script = EventScript()
+    script.insert("b", edge_start(0, {"k": 1, "v": 10}))
+    script.insert("b", edge_start(0, {"k": 2, "v": 20}))
+    script.insert("a", point(3, {"k": 1, "v": 1}))  # waits for b's CTI to pass 4
+    script.insert("a", point(4, {"k": 2, "v": 2}))  # waits: its end is known by the END edge
+    script.cti("b", 2)
+    script.insert("a", point(5, {"k": 1, "v": 3}))
+    script.cti("a", 5)
+    script.insert("b", edge_end(0, 5, {"k": 2, "v": 20}))
+    script.insert("b", edge_start(5, {"k": 2, "v": 21}))
+    script.cti("b", 4)  # [3, 4) is known
+    script.insert("a", point(9, {"k": 2, "v": 4}))
+    script.insert("a", point(10, {"k": 1, "v": 5}))
+    script.cti("a", 10)
+    script.cti("b", 10)  # [5, 6) and [9, 10) are known, [10, 11) waits
+    script.insert("a", point(14, {"k": 2, "v": 6}))
+    script.cti("b", 30)
+    script.cti("a", 30)
+    shapes = {"a": EventShape.POINT, "b": EventShape.EDGE}
+    case = Case(script, shapes, dict.fromkeys("ab", EXPLICIT), 20)
+    total = (("n", len), ("s", lambda rows: sum(r["v"] + r["right_v"] for r in rows)))
+    aggregates = {"n": F.count("*"), "s": F.sum(F.col("v") + F.col("right_v"))}
+    if pushed:
+        total = (("n", len), ("s", lambda rows: sum(r["v"] for r in rows)))
+        aggregates = {"n": F.count("*"), "s": F.sum("v")}
+    plan = Window(Join(Input("a"), Input("b"), ("k",)), 10, 5, ("k",), total)
+    expected = run_reference(case.script, _bindings(case), plan, EventShape.INTERVAL)
+    assert len(expected.output) > 6, "the scenario must produce windows"
+
+    def build(s):
+        joined = s["a"].join(s["b"], on="k")
+        return joined.hopping_window(10, 5).group_by("k").aggregate(**aggregates)
+
+    _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
+    assert made and not any(flow.edges for flow, _ in made)  # no pair left as an edge
+
+
 @pytest.mark.parametrize("empty", [False, True])
 @pytest.mark.parametrize("cuts", [[], [2], [3, 5], [5]])
 def test_a_pair_open_at_infinity_counts_up_to_the_latest_pushed_interval(
