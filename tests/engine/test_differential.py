@@ -13,9 +13,11 @@ from pyspark.sql import functions as F
 from adapters.memory import EventScript
 from engine import (
     AdvanceTimeGenerationSettings,
+    AdvanceTimeImportSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
     CtiViolationError,
+    EventKind,
     EventShape,
     MalformedRecordError,
     WindowOutput,
@@ -295,6 +297,80 @@ def test_a_window_over_a_join_matches_the_reference(app, cuts, pushed, monkeypat
 
     _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
     assert made and all((m is not None) == pushed for m in made)
+
+
+def _lookup_case() -> Case:
+    """The seeds' lookup: points (CTIs by count 2, delay 1, DROP) joined with a reference
+    stream of edges that imports their CTIs (ADJUST). Hand-checked CTIs of ``a``: 1 after
+    arrival 3, 4 after 5, 7 after 11, 11 after 14, 15 after 17, 20 after 19."""
+    script = EventScript()
+    script.insert("b", edge_start(0, {"k": 1, "v": 10}))
+    script.insert("b", edge_start(0, {"k": 2, "v": 20}))
+    script.insert("a", point(1, {"k": 1, "v": 1}))
+    script.insert("a", point(2, {"k": 2, "v": 2}))  # CTI 1
+    script.insert("a", point(3, {"k": 1, "v": 3}))
+    script.insert("a", point(5, {"k": 2, "v": 4}))  # CTI 4
+    script.insert("b", edge_end(0, 6, {"k": 2, "v": 20}))
+    script.insert("b", edge_start(6, {"k": 2, "v": 21}))
+    script.insert("a", point(4, {"k": 2, "v": 5}))
+    script.insert("a", point(2, {"k": 1, "v": 6}))  # below the CTI: dropped (counted)
+    script.insert("a", point(7, {"k": 2, "v": 7}))
+    script.insert("a", point(8, {"k": 1, "v": 8}))  # CTI 7
+    script.insert("b", edge_start(3, {"k": 3, "v": 30}))  # below the imported CTI: at 7
+    script.insert("a", point(9, {"k": 3, "v": 9}))
+    script.insert("a", point(12, {"k": 2, "v": 10}))  # CTI 11
+    script.insert("b", edge_end(0, 15, {"k": 1, "v": 10}))
+    script.insert("a", point(14, {"k": 1, "v": 11}))
+    script.insert("a", point(16, {"k": 1, "v": 12}))  # CTI 15
+    script.insert("a", point(20, {"k": 2, "v": 13}))
+    script.insert("a", point(21, {"k": 3, "v": 14}))  # CTI 20
+    by_count = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(2, 1, True), policy=AdvanceTimePolicy.DROP
+    )
+    imports = AdvanceTimeSettings(
+        import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.ADJUST
+    )
+    shapes = {"a": EventShape.POINT, "b": EventShape.EDGE}
+    return Case(script, shapes, {"a": by_count, "b": imports}, 20)
+
+
+@pytest.mark.parametrize("after", ["-", "window"])
+@pytest.mark.parametrize("collected", [True, False])
+@pytest.mark.parametrize("cuts", [[], [4], [3, 9], [2, 6, 12], [8, 14, 17], [5, 11, 16, 19]])
+def test_a_lookup_join_pairs_packed_events_as_the_reference_does(
+    app, cuts, collected, after, monkeypatch
+):
+    # The data side's scan packs its events (engine.packed) and the join pairs them with the
+    # reference side collected whole; ``collected=False``: the reference side is over the
+    # limit, so the join unpacks the events and pairs them by cogroup. The data side's held
+    # events (points the reference's CTI has not passed) come back from the pairing function.
+    case = _lookup_case()
+    calls = []
+    real = join_operator._lookup_pairs
+    monkeypatch.setattr(join_operator, "_lookup_pairs", lambda *a: calls.append(1) or real(*a))
+    if not collected:
+        monkeypatch.setattr(join_operator, "LOOKUP_ROWS", 0)
+    plan = Join(Input("a"), Input("b"), ("k",))
+    shape = EventShape.EDGE
+    if after == "window":
+        total = (("n", len), ("s", lambda rows: sum(r["v"] + r["right_v"] for r in rows)))
+        plan = Window(plan, 6, 3, ("k",), total)
+        shape = EventShape.INTERVAL
+    expected = run_reference(case.script, _bindings(case), plan, shape)
+    assert sum(e.kind is EventKind.INSERT for e in expected.output) >= 8, "pairs must form"
+
+    def build(s):
+        joined = s["a"].join(s["b"], on="k")
+        if after == "window":
+            return (
+                joined.hopping_window(6, 3)
+                .group_by("k")
+                .aggregate(n=F.count("*"), s=F.sum(F.col("v") + F.col("right_v")))
+            )
+        return joined
+
+    _agree(app, case, plan, build, shape, cuts)
+    assert bool(calls) == collected
 
 
 @pytest.mark.parametrize("pushed", [False, True])
