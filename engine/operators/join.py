@@ -38,6 +38,7 @@ from pyspark.sql.types import (
     BooleanType,
     DoubleType,
     FloatType,
+    IntegerType,
     LongType,
     NumericType,
     StringType,
@@ -643,20 +644,43 @@ def join(
     pl = [c for c in left.events.columns if c not in HEADER]
     pr = [c for c in right.events.columns if c not in HEADER]
     names = output_columns(pl, pr)
-    ev = [
-        _side_events(left, 0, state.held[0], pl, cache, identity=False),
-        _side_events(right, 1, state.held[1], pr, cache, identity=False),
-    ]
+    flows = (left, right)
+    made: dict[int, DataFrame] = {}
+
+    def ev(i: int) -> DataFrame:
+        """Side ``i``'s held and new events (:func:`_side_events`), made when first asked for: a
+        lookup join's pairing function and driver read neither side's this way."""
+        if i not in made:
+            made[i] = _side_events(flows[i], i, state.held[i], (pl, pr)[i], cache, identity=False)
+        return made[i]
+
+    def sent(i: int) -> DataFrame:
+        """Side ``i``'s events as the pairing function takes them (see _Side)."""
+        cols = [START, END, F.col(f"{_AT}.pos").alias("__p"), "__new"]
+        if flows[i].edges:
+            cols += [_CLOSED, _CLOSED_NOW]
+        return ev(i).select(*cols, *(pl, pr)[i])
+
     c_l, c_r = left.ctis, right.ctis
     tagged = cache.keep(
         c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
     )
     # without edges on either side every pair is complete when it forms: nothing to search
     edges = left.edges or right.edges
-    found = collect_ctis(tagged, state.latest, search=edges, limit=None)
+    big = _packed_side(left, right)
+    small = small_held = None
+    if big is None:
+        found = collect_ctis(tagged, state.latest, search=edges, limit=None)
+    elif not (left, right)[1 - big].edges:  # its events and both sides' CTIs in one job
+        small, found = _collected(sent(1 - big), tagged, state.latest, LOOKUP_ROWS)
+    else:  # the same, its END edges matched on the driver
+        j = 1 - big
+        small, found, small_held = _collected_closing(
+            (left, right)[j], j, state.held[j], pl if j == 0 else pr, tagged, state, LOOKUP_ROWS
+        )
     latest = found.latest
 
-    schemas = [side.schema for side in ev]
+    schemas = [f.events.schema for f in flows]
     out_schema = StructType(
         [
             StructField(KIND, StringType()),
@@ -675,7 +699,7 @@ def join(
     defer = intervals and key is None and any(points)
     pushed = None
     if window is not None and intervals and key is None:
-        conf = ev[0].sparkSession.conf
+        conf = left.events.sparkSession.conf
         case_sensitive = conf.get("spark.sql.caseSensitive", "false") == "true"
         ansi = conf.get("spark.sql.ansi.enabled", "true") == "true"
         payload = StructType(out_schema.fields[len(HEADER) :])
@@ -685,7 +709,7 @@ def join(
             out_schema.add(f)
         out_schema.add(_LATEST, LongType())
     keys = [(_field(schemas[0], k).name, _field(schemas[1], k).name) for k in on]
-    key_types = _key_types(ev, keys)
+    key_types = _key_types([f.events for f in flows], keys)
     ctis_in_order = [sorted(f or []) for f in found.found]
     pairing = _Pairing(
         tuple(pl),
@@ -702,14 +726,6 @@ def join(
         pushed,
         defer,
     )
-    sent = []
-    for i, flow in enumerate((left, right)):
-        cols = [START, END, F.col(f"{_AT}.pos").alias("__p"), "__new"]
-        if flow.edges:
-            cols += [_CLOSED, _CLOSED_NOW]
-        sent.append(ev[i].select(*cols, *(pl if i == 0 else pr)))
-    big = _packed_side(left, right)
-    small = None if big is None else _collected(sent[1 - big], LOOKUP_ROWS)
     held_rows = None
     if big is not None and small is not None:
         payload = pl if big == 0 else pr
@@ -722,7 +738,9 @@ def join(
         held_rows = events_out.filter(f"{KIND} = 'HELD'")
         events_out = events_out.filter(f"{KIND} <> 'HELD'")
     else:
-        events_out = checkpoint(_cogrouped(pairing, sent, keys, key_types, out_schema), eager=False)
+        events_out = checkpoint(
+            _cogrouped(pairing, [sent(0), sent(1)], keys, key_types, out_schema), eager=False
+        )
     partials = None
     if pushed is not None:
         names_sql = sql_names([*HEADER, *names])
@@ -735,15 +753,18 @@ def join(
 
     # Keep what can still meet a future event of the other side (a pair whose end is still to
     # be learnt has both its events held: it forms again from them in the next epoch).
-    held: list[DataFrame | None] = [
-        ev[i]
-        .filter(F.col(_OPEN) | (F.col(END) > F.lit(latest[1 - i])))
-        .drop("__new", _CLOSED_NOW)
-        .transform(hold)
-        if held_rows is None or i != big
-        else _held_of_rows(held_rows, i, pl if i == 0 else pr, names[len(pl) :] if i else pl)
-        for i in (0, 1)
-    ]
+    held: list[DataFrame | None] = []
+    for i in (0, 1):
+        if held_rows is not None and i == big:  # handed back by the pairing function
+            payload_i = pl if i == 0 else pr
+            held.append(_held_of_rows(held_rows, i, payload_i, names[len(pl) :] if i else pl))
+        elif small_held is not None and i != big:  # collected on the driver
+            held.append(
+                _held_of_table(small_held, _held_schema(schemas[i], (pl, pr)[i]), latest[big])
+            )
+        else:
+            keep = F.col(_OPEN) | (F.col(END) > F.lit(latest[1 - i]))
+            held.append(ev(i).filter(keep).drop("__new", _CLOSED_NOW).transform(hold))
     new_state = JoinState(held, latest, max(state.emitted, min(latest)))
     rose = min(latest) if min(latest) > state.emitted else MIN_TIME
     out = Flow(events_out, ctis, edges and not defer, latest=rose, partials=partials)
@@ -768,13 +789,134 @@ def _packed_side(left: Flow, right: Flow) -> int | None:
     return packed.index(True) if packed.count(True) == 1 else None
 
 
-def _collected(side: DataFrame, limit: int) -> Any:
-    """``side``'s rows as one Arrow table on the driver (one job), or None above ``limit``."""
+def _collected(
+    side: DataFrame, tagged: DataFrame, before: list[int], limit: int
+) -> tuple[Any, EpochCtis]:
+    """One job: ``side``'s rows as one Arrow table on the driver (None above ``limit`` rows),
+    and both sides' CTIs of the epoch (``tagged``, as :func:`collect_ctis` takes them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    # one partition before the limit: a limit over several runs a job per partition it scans
+    rows = side.coalesce(1).limit(limit + 1)
+    ctis = tagged.select(F.col("__g"), F.col(CTI).alias("__c"), F.col(POS).alias("__cp"))
+    both = rows.unionByName(ctis, allowMissingColumns=True)
+    table = pa.Table.from_batches(both._collect_as_arrow(empty_list_if_zero_records=False))
+    is_cti = pc.is_valid(table.column("__g"))
+    found = table.filter(is_cti).select(["__g", "__c", "__cp"]).to_pylist()
+    latest, values = list(before), [[], []]
+    for r in found:
+        g = r["__g"]
+        latest[g] = max(latest[g], r["__c"])
+        values[g].append((r["__c"], tuple(r["__cp"].values())))
+    events = table.filter(pc.invert(is_cti)).drop_columns(["__g", "__c", "__cp"])
+    small = None if events.num_rows > limit else events
+    return small, EpochCtis(latest, [sorted(v) for v in values])
+
+
+def _collected_closing(
+    flow: Flow,
+    side: int,
+    held: DataFrame | None,
+    payload: list[str],
+    tagged: DataFrame,
+    state: JoinState,
+    limit: int,
+) -> tuple[Any, EpochCtis, Any]:
+    """:func:`_collected` for a side with edges, from its held events and the epoch's events as
+    they are (one job, no END-edge matching in Spark): each END edge closes the earliest open
+    START edge with its start and payload, as :func:`_side_events` matches them, here on the
+    driver. Returns the side's events as :func:`_cogrouped` sends them (None above ``limit``),
+    both sides' CTIs, and the side's events with every column (for :func:`_held_of_table`)."""
     import pyarrow as pa
 
-    batches = side.limit(limit + 1)._collect_as_arrow(empty_list_if_zero_records=False)
-    table = pa.Table.from_batches(batches)
-    return None if table.num_rows > limit else table
+    new = flow.events.select(EDGE, START, END, F.col(POS).alias("__np"), *payload)
+    rows = new.withColumn("__src", F.lit(1))
+    if held is not None:
+        rows = (
+            held.select(START, END, _AT, _OPEN, _CLOSED, *payload)
+            .withColumn("__src", F.lit(0))
+            .unionByName(rows, allowMissingColumns=True)
+        )
+    table, found = _collected(rows, tagged, state.latest, limit)
+    if table is None:
+        return None, found, None
+    events, ends = [], {}
+    for r in table.to_pylist():
+        key = (r[START], *(_same(r[c]) for c in payload))
+        if r["__src"] == 0:
+            events.append(r | {"__new": False, _CLOSED_NOW: False})
+        elif r[EDGE] == "END":
+            ends.setdefault(key, []).append(r)
+        else:
+            at = {"pos": r["__np"], "side": side, "k": 0}
+            opened = r[EDGE] == "START"
+            events.append(
+                {START: r[START], END: r[END], _AT: at, _OPEN: opened}
+                | {_CLOSED: None if opened else at, "__new": True, _CLOSED_NOW: False}
+                | {c: r[c] for c in payload}
+            )
+    opens: dict = {}
+    for e in events:
+        if e[_OPEN]:
+            opens.setdefault((e[START], *(_same(e[c]) for c in payload)), []).append(e)
+    for key, closing in ends.items():
+        waiting = sorted(opens.get(key, []), key=lambda e: _moment_key(e[_AT]))
+        closing = sorted(closing, key=lambda r: tuple(r["__np"].values()))
+        for e, end in zip(waiting, closing, strict=False):  # an END edge may close none
+            e[END], e[_OPEN], e[_CLOSED_NOW] = end[END], False, True
+            e[_CLOSED] = {"pos": end["__np"], "side": side, "k": 1}
+    pos = table.schema.field("__np").type
+    moment = pa.struct([("pos", pos), ("side", pa.int32()), ("k", pa.int32())])
+    types = {START: pa.int64(), END: pa.int64(), _AT: moment, _OPEN: pa.bool_()}
+    types |= {_CLOSED: moment, "__new": pa.bool_(), _CLOSED_NOW: pa.bool_()}
+    types |= {c: table.schema.field(c).type for c in payload}
+    every = pa.table({c: pa.array([e[c] for e in events], t) for c, t in types.items()})
+    sent = every.select([START, END]).append_column(
+        "__p", every.column(_AT).combine_chunks().field("pos")
+    )
+    for c in ("__new", _CLOSED, _CLOSED_NOW, *payload):
+        sent = sent.append_column(c, every.column(c))
+    return sent, found, every
+
+
+def _same(v: Any) -> Any:
+    """A payload value as Spark's null-safe equality compares it (NaN equal to NaN)."""
+    return ("NaN",) if isinstance(v, float) and v != v else v
+
+
+def _moment_key(m: dict) -> tuple:
+    return (tuple(m["pos"].values()), m["side"], m["k"])
+
+
+def _held_schema(events: StructType, payload: list[str]) -> StructType:
+    """The schema of a side's held events (:func:`_side_events`'s, less two columns)."""
+    moment = StructType(
+        [
+            StructField("pos", POS_TYPE, False),
+            StructField("side", IntegerType(), False),
+            StructField("k", IntegerType(), False),
+        ]
+    )
+    fields = [StructField(START, LongType()), StructField(END, LongType())]
+    fields += [StructField(_AT, moment), StructField(_OPEN, BooleanType())]
+    fields += [StructField(_CLOSED, moment)]
+    return StructType([*fields, *(events[c] for c in payload)])
+
+
+def _held_of_table(every: Any, schema: StructType, other_latest: int) -> DataFrame:
+    """A side's held state from its events collected on the driver (:func:`_collected_closing`):
+    those still open or ending after the other side's latest CTI, as :func:`_side_events` holds
+    them."""
+    import pyarrow.compute as pc
+
+    kept = every.filter(pc.or_(every.column(_OPEN), pc.greater(every.column(END), other_latest)))
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    kept = kept.select(schema.fieldNames())
+    return hold(spark.createDataFrame(kept, schema=schema))
 
 
 def _cogrouped(
