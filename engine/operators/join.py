@@ -760,7 +760,12 @@ def join(
             held.append(_held_of_rows(held_rows, i, payload_i, names[len(pl) :] if i else pl))
         elif small_held is not None and i != big:  # collected on the driver
             held.append(
-                _held_of_table(small_held, _held_schema(schemas[i], (pl, pr)[i]), latest[big])
+                _held_of_table(
+                    tagged.sparkSession,
+                    small_held,
+                    _held_schema(schemas[i], (pl, pr)[i]),
+                    latest[big],
+                )
             )
         else:
             keep = F.col(_OPEN) | (F.col(END) > F.lit(latest[1 - i]))
@@ -904,19 +909,14 @@ def _held_schema(events: StructType, payload: list[str]) -> StructType:
     return StructType([*fields, *(events[c] for c in payload)])
 
 
-def _held_of_table(every: Any, schema: StructType, other_latest: int) -> DataFrame:
+def _held_of_table(spark: Any, every: Any, schema: StructType, other_latest: int) -> DataFrame:
     """A side's held state from its events collected on the driver (:func:`_collected_closing`):
     those still open or ending after the other side's latest CTI, as :func:`_side_events` holds
     them."""
     import pyarrow.compute as pc
 
     kept = every.filter(pc.or_(every.column(_OPEN), pc.greater(every.column(END), other_latest)))
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.getActiveSession()
-    assert spark is not None
-    kept = kept.select(schema.fieldNames())
-    return hold(spark.createDataFrame(kept, schema=schema))
+    return hold(spark.createDataFrame(kept.select(schema.fieldNames()), schema=schema))
 
 
 def _cogrouped(
