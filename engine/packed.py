@@ -17,9 +17,9 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, StructField, StructType
 
-from engine.rows import EDGE, END, KIND, POS, START
+from engine.rows import EDGE, KIND
 
 __all__ = ["ARROW", "PACKED_TYPE", "pack", "packed_frame", "unpack", "unpacked"]
 
@@ -83,17 +83,3 @@ def packed_frame(rows: DataFrame, columns: list[str]) -> DataFrame:
                 yield pa.RecordBatch.from_arrays([pa.array(pack(b), pa.binary())], names=[ARROW])
 
     return rows.select(*columns).mapInArrow(packs, StructType([StructField(ARROW, PACKED_TYPE)]))
-
-
-def event_schema(payload: StructType, pos: Any) -> StructType:
-    """The rows :func:`unpacked` makes of a packed input with payload ``payload``."""
-    from pyspark.sql.types import LongType
-
-    header = [
-        StructField(KIND, StringType()),
-        StructField(EDGE, StringType()),
-        StructField(START, LongType()),
-        StructField(END, LongType()),
-        StructField(POS, pos),
-    ]
-    return StructType([*header, *payload.fields])
