@@ -916,6 +916,8 @@ def _held_of_table(spark: Any, every: Any, schema: StructType, other_latest: int
     import pyarrow.compute as pc
 
     kept = every.filter(pc.or_(every.column(_OPEN), pc.greater(every.column(END), other_latest)))
+    if kept.num_rows == 0:  # Spark cannot take an Arrow table of no chunks
+        return hold(spark.createDataFrame([], schema=schema))
     return hold(spark.createDataFrame(kept.select(schema.fieldNames()), schema=schema))
 
 

@@ -299,18 +299,24 @@ def test_a_window_over_a_join_matches_the_reference(app, cuts, pushed, monkeypat
     assert made and all((m is not None) == pushed for m in made)
 
 
-def _lookup_case() -> Case:
+def _lookup_case(short: bool = False) -> Case:
     """The seeds' lookup: points (CTIs by count 2, delay 1, DROP) joined with a reference
     stream of edges that imports their CTIs (ADJUST). Hand-checked CTIs of ``a``: 1 after
-    arrival 3, 4 after 5, 7 after 11, 11 after 14, 15 after 17, 20 after 19."""
+    arrival 3, 4 after 5, 7 after 11, 11 after 14, 15 after 17, 20 after 19 (two later with
+    ``short``: the reference's first two edges end at 2, so that an epoch may end with the
+    reference holding none of its events)."""
     script = EventScript()
     script.insert("b", edge_start(0, {"k": 1, "v": 10}))
     script.insert("b", edge_start(0, {"k": 2, "v": 20}))
     script.insert("a", point(1, {"k": 1, "v": 1}))
     script.insert("a", point(2, {"k": 2, "v": 2}))  # CTI 1
+    if short:
+        script.insert("b", edge_end(0, 2, {"k": 1, "v": 10}))
+        script.insert("b", edge_end(0, 2, {"k": 2, "v": 20}))
     script.insert("a", point(3, {"k": 1, "v": 3}))
     script.insert("a", point(5, {"k": 2, "v": 4}))  # CTI 4
-    script.insert("b", edge_end(0, 6, {"k": 2, "v": 20}))
+    if not short:
+        script.insert("b", edge_end(0, 6, {"k": 2, "v": 20}))
     script.insert("b", edge_start(6, {"k": 2, "v": 21}))
     script.insert("a", point(4, {"k": 2, "v": 5}))
     script.insert("a", point(2, {"k": 1, "v": 6}))  # below the CTI: dropped (counted)
@@ -319,7 +325,8 @@ def _lookup_case() -> Case:
     script.insert("b", edge_start(3, {"k": 3, "v": 30}))  # below the imported CTI: at 7
     script.insert("a", point(9, {"k": 3, "v": 9}))
     script.insert("a", point(12, {"k": 2, "v": 10}))  # CTI 11
-    script.insert("b", edge_end(0, 15, {"k": 1, "v": 10}))
+    if not short:
+        script.insert("b", edge_end(0, 15, {"k": 1, "v": 10}))
     script.insert("a", point(14, {"k": 1, "v": 11}))
     script.insert("a", point(16, {"k": 1, "v": 12}))  # CTI 15
     script.insert("a", point(20, {"k": 2, "v": 13}))
@@ -336,20 +343,26 @@ def _lookup_case() -> Case:
 
 @pytest.mark.parametrize("after", ["-", "window"])
 @pytest.mark.parametrize("collected", [True, False])
-@pytest.mark.parametrize("cuts", [[], [4], [3, 9], [2, 6, 12], [8, 14, 17], [5, 11, 16, 19]])
+@pytest.mark.parametrize(
+    "cuts, short",
+    [
+        *[(c, False) for c in ([], [4], [3, 9], [2, 6, 12], [8, 14, 17], [5, 11, 16, 19])],
+        *[(c, True) for c in ([8, 12], [6, 9, 15])],
+    ],
+)
 def test_a_lookup_join_pairs_packed_events_as_the_reference_does(
-    app, cuts, collected, after, monkeypatch
+    app, cuts, short, collected, after, monkeypatch
 ):
     # The data side's scan packs its events (engine.packed) and the join pairs them with the
     # reference side collected whole; ``collected=False``: the reference side is over the
     # limit, so the join unpacks the events and pairs them by cogroup. The data side's held
     # events (points the reference's CTI has not passed) come back from the pairing function.
-    case = _lookup_case()
+    case = _lookup_case(short)
     calls = []
     real = join_operator._lookup_pairs
     monkeypatch.setattr(join_operator, "_lookup_pairs", lambda *a: calls.append(1) or real(*a))
     if not collected:
-        monkeypatch.setattr(join_operator, "LOOKUP_ROWS", 0)
+        monkeypatch.setattr(join_operator, "LOOKUP_ROWS", -1)  # below any side's size
     plan = Join(Input("a"), Input("b"), ("k",))
     shape = EventShape.EDGE
     if after == "window":
