@@ -270,14 +270,19 @@ def ingress_epoch(
         trace.ingress(spec, a, events, ctis)
     # the epoch's CTIs rise above the input's CTI before it, the last to its CTI after it
     latest = new_state.emitted if new_state.emitted > state.emitted else MIN_TIME
+    # an event row per inserted item at most (an END edge's row closes its START edge's)
+    rows = new_state.counts["events_in"] - state.counts["events_in"]
     over = spec.ordering.over if spec.ordering is not None else None
     if over is None:
-        flow = Flow(events, ctis, spec.edges, latest=latest, partials=partials, packed=packs)
+        flow = Flow(
+            events, ctis, spec.edges, latest=latest, partials=partials, packed=packs, rows=rows
+        )
         return flow, new_state
     candidates = cache.keep(_key_candidates(a, change, spec, state, new_state))
     keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
     new_state.key_seen = checkpoint(seen)
-    return Flow(events, ctis, spec.edges, cache.keep(keyed), over, latest), new_state
+    flow = Flow(events, ctis, spec.edges, cache.keep(keyed), over, latest, rows=rows)
+    return flow, new_state
 
 
 def _own(raw: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:

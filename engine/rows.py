@@ -14,6 +14,7 @@ Spark plans as events (architecture.md: "CTIs are rows").
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -46,7 +47,9 @@ __all__ = [
     "keyed_min_of_latest",
     "keyed_rises",
     "leaf_rdds",
+    "local_ctis",
     "min_of_latest",
+    "min_of_latest_on_driver",
     "payload_columns",
     "pos_literal",
     "release",
@@ -109,7 +112,10 @@ class Flow:
     row also the latest time of the pairs counted in it, ``__latest``); else None.
 
     ``packed``: an input's events packed by its scan (:mod:`engine.packed`), for the lookup
-    join that alone reads it; ``events`` then unpacks them, for a plan that needs rows."""
+    join that alone reads it; ``events`` then unpacks them, for a plan that needs rows.
+
+    ``rows``: at most this many rows in ``events`` (an input's items of the epoch, and a filter
+    or projection of them), or None when only a job over ``events`` can tell."""
 
     events: DataFrame
     ctis: DataFrame
@@ -119,6 +125,7 @@ class Flow:
     latest: int | None = None
     partials: DataFrame | None = None
     packed: DataFrame | None = None
+    rows: int | None = None
 
     def merged(self) -> Flow:
         """The same stream with its substreams merged: its CTIs only."""
@@ -132,7 +139,10 @@ _made: ContextVar[list[DataFrame] | None] = ContextVar("ctistream_checkpoints", 
 def checkpoint(df: DataFrame, eager: bool = True, level: StorageLevel | None = None) -> DataFrame:
     """``df.localCheckpoint(...)``: its rows computed once and kept by Spark's block manager,
     its lineage cut. Inside :meth:`Checkpoints.recording` the checkpoint is recorded, so it is
-    released as soon as no state refers to it."""
+    released as soon as no state refers to it. A frame made from the driver's rows
+    (:func:`local_ctis`) has no lineage to cut: it is its own checkpoint."""
+    if df in _local:
+        return df
     if level is None:
         out = df.localCheckpoint(eager=eager)
     else:
@@ -223,14 +233,11 @@ def _compute_together(rdds: list[Any]) -> None:
 
 def leaf_rdds(df: DataFrame) -> list[Any]:
     """The JVM RDDs that ``df``'s plan reads (a local checkpoint is one, for example)."""
-    jvm = df.sparkSession._jvm
-    assert jvm is not None
     leaves = df._jdf.queryExecution().analyzed().collectLeaves()
-    return [
-        leaf.rdd()
-        for leaf in jvm.scala.jdk.javaapi.CollectionConverters.asJava(leaves)
-        if leaf.getClass().getSimpleName() == "LogicalRDD"
-    ]
+    # by index: iterating a JVM collection ends in an exception that PySpark's error handling
+    # classifies in about 80 py4j calls
+    picked = (leaves.apply(i) for i in range(leaves.size()))
+    return [leaf.rdd() for leaf in picked if leaf.nodeName() == "LogicalRDD"]
 
 
 def release(value: Any) -> None:
@@ -332,6 +339,37 @@ def min_of_latest(rows: DataFrame, group: str, initial: list[int], emitted: int)
         .filter(F.col("__m") > F.col("__prev"))
         .select(POS, F.col("__m").alias(CTI))
     )
+
+
+def min_of_latest_on_driver(
+    rows: Iterable[tuple[tuple, int, int]], initial: list[int], emitted: int
+) -> list[tuple[tuple, int]]:
+    """:func:`min_of_latest` over rows the driver holds, ``(position, group, CTI)`` in any
+    order: ``(position, CTI)`` where the merged CTI increases."""
+    ordered = sorted(rows, key=lambda r: (r[0], r[1]))
+    latest, high, out = list(initial), emitted, []
+    for i, (pos, g, c) in enumerate(ordered):
+        latest[g] = c
+        if i + 1 < len(ordered) and ordered[i + 1][0] == pos:
+            continue  # several groups rise at one position: only the value after all of them
+        m = min(latest)
+        if m > high:
+            out.append((pos, m))
+        high = max(high, m)
+    return out
+
+
+#: frames made from the driver's rows (:func:`local_ctis`): each is its own checkpoint
+_local: weakref.WeakSet[DataFrame] = weakref.WeakSet()
+
+
+def local_ctis(spark: Any, ctis: list[tuple[tuple, int]]) -> DataFrame:
+    """CTI rows (``__pos``, ``__c``) that the driver computed, as a frame with no plan above
+    them."""
+    schema = StructType([StructField(POS, POS_TYPE, False), StructField(CTI, LongType(), False)])
+    df = spark.createDataFrame(ctis, schema=schema, verifySchema=False)
+    _local.add(df)
+    return df
 
 
 def keyed_rises(

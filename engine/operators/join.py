@@ -72,7 +72,9 @@ from engine.rows import (
     hold,
     keyed_inputs,
     keyed_min_of_latest,
+    local_ctis,
     min_of_latest,
+    min_of_latest_on_driver,
     pos_literal,
     sql_names,
 )
@@ -93,6 +95,8 @@ class JoinState:
     emitted: int = MIN_TIME
     #: substreams: per key the sides' largest keyed CTIs (:func:`engine.rows.keyed_min_of_latest`)
     keys: DataFrame | None = None
+    #: per side, how many events ``held`` holds, where the driver knows it
+    held_rows: list[int | None] = field(default_factory=lambda: [None, None])
 
 
 def output_columns(left: list[str], right: list[str]) -> list[str]:
@@ -669,14 +673,24 @@ def join(
     edges = left.edges or right.edges
     big = _packed_side(left, right)
     small = small_held = None
-    if big is None:
+    # a lookup join collects its other side whole when it has at most LOOKUP_ROWS events (held
+    # and new), known in advance where the driver knows both counts, else found by the collect
+    limit: int | None = LOOKUP_ROWS
+    fits = None
+    if big is not None:
+        held_rows = state.held_rows[1 - big] if state.held[1 - big] is not None else 0
+        new_rows = (left, right)[1 - big].rows
+        if held_rows is not None and new_rows is not None:
+            fits = held_rows + new_rows <= LOOKUP_ROWS
+            limit = None
+    if big is None or fits is False:
         found = collect_ctis(tagged, state.latest, search=edges, limit=None)
     elif not (left, right)[1 - big].edges:  # its events and both sides' CTIs in one job
-        small, found = _collected(sent(1 - big), tagged, state.latest, LOOKUP_ROWS)
+        small, found = _collected(sent(1 - big), tagged, state.latest, limit)
     else:  # the same, its END edges matched on the driver
         j = 1 - big
         small, found, small_held = _collected_closing(
-            (left, right)[j], j, state.held[j], pl if j == 0 else pr, tagged, state, LOOKUP_ROWS
+            (left, right)[j], j, state.held[j], pl if j == 0 else pr, tagged, state, limit
         )
     latest = found.latest
 
@@ -726,7 +740,7 @@ def join(
         pushed,
         defer,
     )
-    held_rows = None
+    handed = None
     if big is not None and small is not None:
         payload = pl if big == 0 else pr
         events_out = checkpoint(
@@ -735,7 +749,7 @@ def join(
             ),
             eager=False,
         )
-        held_rows = events_out.filter(f"{KIND} = 'HELD'")
+        handed = events_out.filter(f"{KIND} = 'HELD'")
         events_out = events_out.filter(f"{KIND} <> 'HELD'")
     else:
         events_out = checkpoint(
@@ -748,29 +762,34 @@ def join(
         partials = events_out.filter(f"{KIND} = 'PARTIAL'").selectExpr(*sql_names(partial_names))
         events_out = events_out.filter(f"{KIND} <> 'PARTIAL'").selectExpr(*names_sql)
 
-    # CTIs: the minimum of both sides' latest.
-    ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
+    # CTIs: the minimum of both sides' latest (from the CTIs collected, where they were).
+    if big is None:
+        ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
+    else:
+        every = found.found  # a lookup join collects every CTI of both sides
+        rows = [(p, g, c) for g in (0, 1) for c, p in every[g]]  # type: ignore[union-attr]
+        merged = min_of_latest_on_driver(rows, state.latest, state.emitted)
+        ctis = local_ctis(tagged.sparkSession, merged)
 
     # Keep what can still meet a future event of the other side (a pair whose end is still to
     # be learnt has both its events held: it forms again from them in the next epoch).
     held: list[DataFrame | None] = []
+    counted: list[int | None] = [None, None]
     for i in (0, 1):
-        if held_rows is not None and i == big:  # handed back by the pairing function
+        if handed is not None and i == big:  # handed back by the pairing function
             payload_i = pl if i == 0 else pr
-            held.append(_held_of_rows(held_rows, i, payload_i, names[len(pl) :] if i else pl))
+            held.append(_held_of_rows(handed, i, payload_i, names[len(pl) :] if i else pl))
         elif small_held is not None and i != big:  # collected on the driver
-            held.append(
-                _held_of_table(
-                    tagged.sparkSession,
-                    small_held,
-                    _held_schema(schemas[i], (pl, pr)[i]),
-                    latest[big],
-                )
-            )
+            kept = _still_held(small_held, latest[big])
+            counted[i] = kept.num_rows
+            schema = _held_schema(schemas[i], (pl, pr)[i])
+            held.append(_held_of_table(tagged.sparkSession, kept, schema))
         else:
             keep = F.col(_OPEN) | (F.col(END) > F.lit(latest[1 - i]))
             held.append(ev(i).filter(keep).drop("__new", _CLOSED_NOW).transform(hold))
-    new_state = JoinState(held, latest, max(state.emitted, min(latest)))
+            if small is not None and i != big:  # no edges: those ending after the CTI
+                counted[i] = _still_held(small, latest[big]).num_rows
+    new_state = JoinState(held, latest, max(state.emitted, min(latest)), held_rows=counted)
     rose = min(latest) if min(latest) > state.emitted else MIN_TIME
     out = Flow(events_out, ctis, edges and not defer, latest=rose, partials=partials)
     if key is None:
@@ -795,15 +814,17 @@ def _packed_side(left: Flow, right: Flow) -> int | None:
 
 
 def _collected(
-    side: DataFrame, tagged: DataFrame, before: list[int], limit: int
+    side: DataFrame, tagged: DataFrame, before: list[int], limit: int | None
 ) -> tuple[Any, EpochCtis]:
-    """One job: ``side``'s rows as one Arrow table on the driver (None above ``limit`` rows),
-    and both sides' CTIs of the epoch (``tagged``, as :func:`collect_ctis` takes them)."""
+    """One job: ``side``'s rows as one Arrow table on the driver (None above ``limit`` rows;
+    ``limit=None``: every row, known to be few), and both sides' CTIs of the epoch (``tagged``,
+    as :func:`collect_ctis` takes them)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     # one partition before the limit: a limit over several runs a job per partition it scans
-    rows = side.coalesce(1).limit(limit + 1)
+    # (and a limit in a union is compiled again for every plan: none where the size is known)
+    rows = side if limit is None else side.coalesce(1).limit(limit + 1)
     ctis = tagged.select(F.col("__g"), F.col(CTI).alias("__c"), F.col(POS).alias("__cp"))
     both = rows.unionByName(ctis, allowMissingColumns=True)
     table = pa.Table.from_batches(both._collect_as_arrow(empty_list_if_zero_records=False))
@@ -815,7 +836,7 @@ def _collected(
         latest[g] = max(latest[g], r["__c"])
         values[g].append((r["__c"], tuple(r["__cp"].values())))
     events = table.filter(pc.invert(is_cti)).drop_columns(["__g", "__c", "__cp"])
-    small = None if events.num_rows > limit else events
+    small = None if limit is not None and events.num_rows > limit else events
     return small, EpochCtis(latest, [sorted(v) for v in values])
 
 
@@ -826,7 +847,7 @@ def _collected_closing(
     payload: list[str],
     tagged: DataFrame,
     state: JoinState,
-    limit: int,
+    limit: int | None,
 ) -> tuple[Any, EpochCtis, Any]:
     """:func:`_collected` for a side with edges, from its held events and the epoch's events as
     they are (one job, no END-edge matching in Spark): each END edge closes the earliest open
@@ -909,13 +930,20 @@ def _held_schema(events: StructType, payload: list[str]) -> StructType:
     return StructType([*fields, *(events[c] for c in payload)])
 
 
-def _held_of_table(spark: Any, every: Any, schema: StructType, other_latest: int) -> DataFrame:
-    """A side's held state from its events collected on the driver (:func:`_collected_closing`):
-    those still open or ending after the other side's latest CTI, as :func:`_side_events` holds
-    them."""
+def _still_held(events: Any, other_latest: int) -> Any:
+    """The events (an Arrow table) still held after the other side's CTI ``other_latest``: open,
+    or ending after it (:func:`_side_events`'s rule)."""
     import pyarrow.compute as pc
 
-    kept = every.filter(pc.or_(every.column(_OPEN), pc.greater(every.column(END), other_latest)))
+    later = pc.greater(events.column(END), other_latest)
+    return events.filter(
+        pc.or_(events.column(_OPEN), later) if _OPEN in events.column_names else later
+    )
+
+
+def _held_of_table(spark: Any, kept: Any, schema: StructType) -> DataFrame:
+    """A side's held state from its events collected on the driver (:func:`_collected_closing`)
+    and still held (:func:`_still_held`), as :func:`_side_events` holds them."""
     if kept.num_rows == 0:  # Spark cannot take an Arrow table of no chunks
         return hold(spark.createDataFrame([], schema=schema))
     return hold(spark.createDataFrame(kept.select(schema.fieldNames()), schema=schema))
