@@ -17,11 +17,12 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from engine.rows import EDGE, KIND
 
-__all__ = ["ARROW", "PACKED_TYPE", "pack", "packed_frame", "unpack", "unpacked"]
+__all__ = ["ARROW", "PACKED_TYPE", "count_rows", "pack", "packed_frame", "unpack", "unpacked"]
 
 #: the column that holds a packed chunk of events
 ARROW = "__arrow"
@@ -83,3 +84,17 @@ def packed_frame(rows: DataFrame, columns: list[str]) -> DataFrame:
                 yield pa.RecordBatch.from_arrays([pa.array(pack(b), pa.binary())], names=[ARROW])
 
     return rows.select(*columns).mapInArrow(packs, StructType([StructField(ARROW, PACKED_TYPE)]))
+
+
+def count_rows(df: DataFrame) -> int:
+    """How many rows ``df`` holds, each packed value counted as the rows packed in it (one job)."""
+    if ARROW not in df.columns:
+        return df.count()
+
+    def sizes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            n = [unpack(v).num_rows for v in b.column(ARROW) if v.is_valid]
+            yield pa.RecordBatch.from_arrays([pa.array(n, pa.int64())], names=["n"])
+
+    total = df.select(ARROW).mapInArrow(sizes, "n long").agg(F.sum("n")).first()
+    return int(total[0] or 0)

@@ -50,6 +50,7 @@ from engine.ordering import (
     order_epoch,
     watermark_delay,
 )
+from engine.packed import count_rows
 from engine.plan import (
     AntiJoinNode,
     InputNode,
@@ -537,7 +538,7 @@ class Runtime:
             parts += [getattr(st, name, None) for name in ("pairs", "partials")]
             kept = [df for df in parts if df is not None]
             out[f"{i}:{type(node).__name__.removesuffix('Node').lower()}"] = {
-                "state_rows": sum(df.count() for df in kept),
+                "state_rows": sum(count_rows(df) for df in kept),
                 "state_partitions": sum(df.rdd.getNumPartitions() for df in kept),
                 "cti": st.emitted,
             }

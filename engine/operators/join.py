@@ -57,6 +57,7 @@ from engine.operators.window import (
     push_window,
     pushed_partials,
 )
+from engine.packed import ARROW, PACKED_TYPE, packed_frame, unpacked
 from engine.rows import (
     CTI,
     EDGE,
@@ -97,6 +98,9 @@ class JoinState:
     keys: DataFrame | None = None
     #: per side, how many events ``held`` holds, where the driver knows it
     held_rows: list[int | None] = field(default_factory=lambda: [None, None])
+    #: the side whose held events are packed (:mod:`engine.packed`, a lookup join's fast side:
+    #: one value per chunk, as its pairing function handed them back), if one is
+    packed: int | None = None
 
 
 def output_columns(left: list[str], right: list[str]) -> list[str]:
@@ -649,13 +653,17 @@ def join(
     pr = [c for c in right.events.columns if c not in HEADER]
     names = output_columns(pl, pr)
     flows = (left, right)
+    schemas = [f.events.schema for f in flows]
     made: dict[int, DataFrame] = {}
 
     def ev(i: int) -> DataFrame:
         """Side ``i``'s held and new events (:func:`_side_events`), made when first asked for: a
         lookup join's pairing function and driver read neither side's this way."""
         if i not in made:
-            made[i] = _side_events(flows[i], i, state.held[i], (pl, pr)[i], cache, identity=False)
+            held = state.held[i]
+            if held is not None and state.packed == i:
+                held = _unpacked_held(held, i, schemas[i], (pl, pr)[i])
+            made[i] = _side_events(flows[i], i, held, (pl, pr)[i], cache, identity=False)
         return made[i]
 
     def sent(i: int) -> DataFrame:
@@ -694,7 +702,6 @@ def join(
         )
     latest = found.latest
 
-    schemas = [f.events.schema for f in flows]
     out_schema = StructType(
         [
             StructField(KIND, StringType()),
@@ -743,14 +750,14 @@ def join(
     handed = None
     if big is not None and small is not None:
         payload = pl if big == 0 else pr
-        events_out = checkpoint(
-            _lookup_pairs(
-                pairing, big, small, (left, right)[big].packed, state.held[big], payload, out_schema
-            ),
-            eager=False,
-        )
-        handed = events_out.filter(f"{KIND} = 'HELD'")
-        events_out = events_out.filter(f"{KIND} <> 'HELD'")
+        held_big = state.held[big]
+        if held_big is not None and state.packed != big:  # held as rows: packed here
+            rows = held_big.select(START, END, F.col(f"{_AT}.pos").alias(POS), *payload)
+            held_big = packed_frame(rows, rows.columns)
+        pairs = _lookup_pairs(pairing, big, small, (left, right)[big].packed, held_big, out_schema)
+        events_out = checkpoint(pairs, eager=False)
+        handed = events_out.filter(f"{KIND} = 'HELD'").select(ARROW)
+        events_out = events_out.filter(f"{KIND} <> 'HELD'").drop(ARROW)
     else:
         events_out = checkpoint(
             _cogrouped(pairing, [sent(0), sent(1)], keys, key_types, out_schema), eager=False
@@ -776,9 +783,8 @@ def join(
     held: list[DataFrame | None] = []
     counted: list[int | None] = [None, None]
     for i in (0, 1):
-        if handed is not None and i == big:  # handed back by the pairing function
-            payload_i = pl if i == 0 else pr
-            held.append(_held_of_rows(handed, i, payload_i, names[len(pl) :] if i else pl))
+        if handed is not None and i == big:  # handed back packed by the pairing function
+            held.append(hold(handed))
         elif small_held is not None and i != big:  # collected on the driver
             kept = _still_held(small_held, latest[big])
             counted[i] = kept.num_rows
@@ -789,7 +795,13 @@ def join(
             held.append(ev(i).filter(keep).drop("__new", _CLOSED_NOW).transform(hold))
             if small is not None and i != big:  # no edges: those ending after the CTI
                 counted[i] = _still_held(small, latest[big]).num_rows
-    new_state = JoinState(held, latest, max(state.emitted, min(latest)), held_rows=counted)
+    new_state = JoinState(
+        held,
+        latest,
+        max(state.emitted, min(latest)),
+        held_rows=counted,
+        packed=big if handed is not None else None,
+    )
     rose = min(latest) if min(latest) > state.emitted else MIN_TIME
     out = Flow(events_out, ctis, edges and not defer, latest=rose, partials=partials)
     if key is None:
@@ -975,29 +987,23 @@ def _lookup_pairs(
     small: Any,
     packed: DataFrame,
     held: DataFrame | None,
-    payload: list[str],
     out_schema: StructType,
 ) -> DataFrame:
     """A lookup join's pairs: one Arrow function over the packed events of side ``big`` (this
-    epoch's from its scan, and its held ones packed) pairs each chunk with side ``small``'s
-    events, collected whole (an Arrow table: held and new, as :func:`_cogrouped` sends them).
-    Besides the output rows it hands back, as ``HELD`` rows, the events of side ``big`` that can
-    still meet a future event (ending after the other side's latest CTI): no edges come packed."""
+    epoch's from its scan, and its held ones, ``held``: packed too) pairs each chunk with side
+    ``small``'s events, collected whole (an Arrow table: held and new, as :func:`_cogrouped`
+    sends them). Besides the output rows (``out_schema`` and a null :data:`ARROW`) it hands
+    back, packed as ``HELD`` rows, the events of side ``big`` that can still meet a future event
+    (ending after the other side's latest CTI): no edges come packed."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from engine.packed import ARROW, packed_frame, unpack
+    from engine.packed import pack, unpack
 
     chunks = packed.select(ARROW, F.lit(True).alias("__new"))
     if held is not None:
-        rows = held.select(START, END, F.col(f"{_AT}.pos").alias(POS), *payload)
-        chunks = chunks.unionByName(
-            packed_frame(rows, rows.columns).withColumn("__new", F.lit(False))
-        )
-    schema = p.schema
-    names = [f.name for f in schema]
-    own = (p.left, p.right)[big]
-    placed = dict(zip(own, names[len(HEADER) + (len(p.left) if big else 0) :], strict=False))
+        chunks = chunks.unionByName(held.select(ARROW, F.lit(False).alias("__new")))
+    schema = p.schema.append(pa.field(ARROW, pa.binary()))
     after = p.latest[1 - big]
 
     def pairs(batches):
@@ -1008,34 +1014,31 @@ def _lookup_pairs(
                 side = t.rename_columns(["__p" if c == POS else c for c in t.column_names])
                 side = side.append_column("__new", pa.repeat(pa.scalar(new.as_py()), n))
                 lt, rt = (side, small) if big == 0 else (small, side)
-                yield from _pair_rows(p, lt, rt).to_batches()
-                kept = t.filter(pc.greater(t.column(END), after))
-                if kept.num_rows:
-                    k = kept.num_rows
-                    row = {f.name: pa.nulls(k, f.type) for f in schema}
-                    row[KIND] = pa.repeat(pa.scalar("HELD"), k).cast(schema.field(KIND).type)
-                    row[START], row[END], row[POS] = (kept.column(c) for c in (START, END, POS))
-                    row.update({placed[c]: kept.column(c) for c in own})
-                    yield from pa.table(
-                        [row[c].cast(schema.field(c).type) for c in names], schema=schema
-                    ).to_batches()
+                out = _pair_rows(p, lt, rt)
+                out = out.append_column(ARROW, pa.nulls(out.num_rows, pa.binary()))
+                yield from out.to_batches()
+                kept = pack(t.filter(pc.greater(t.column(END), after)))
+                if kept:
+                    row = {f.name: pa.nulls(len(kept), f.type) for f in schema}
+                    row[KIND] = pa.array(["HELD"] * len(kept), schema.field(KIND).type)
+                    row[ARROW] = pa.array(kept, pa.binary())
+                    yield pa.RecordBatch.from_arrays(list(row.values()), schema=schema)
 
-    return chunks.mapInArrow(pairs, out_schema)
+    return chunks.mapInArrow(pairs, StructType([*out_schema, StructField(ARROW, PACKED_TYPE)]))
 
 
-def _held_of_rows(rows: DataFrame, side: int, payload: list[str], placed: list[str]) -> DataFrame:
-    """Held events of a packed side from its ``HELD`` rows (:func:`_lookup_pairs`), as
-    :func:`_side_events` holds them: an event without edges, its end known when it arrived."""
+def _unpacked_held(held: DataFrame, side: int, events: StructType, payload: list[str]) -> DataFrame:
+    """Packed held events of side ``side`` (:attr:`JoinState.packed`) as :func:`_side_events`
+    holds them: events without edges, each one's end known when it arrived."""
+    rows = unpacked(held, events)
     arrival = _moment(F.col(POS), side, 0)
-    return hold(
-        rows.select(
-            START,
-            END,
-            arrival.alias(_AT),
-            F.lit(False).alias(_OPEN),
-            arrival.alias(_CLOSED),
-            *[F.col(n).alias(c) for n, c in zip(placed, payload, strict=True)],
-        )
+    return rows.select(
+        START,
+        END,
+        arrival.alias(_AT),
+        F.lit(False).alias(_OPEN),
+        arrival.alias(_CLOSED),
+        *payload,
     )
 
 

@@ -16,6 +16,7 @@ from bindings import Stream
 from engine import (
     MAX_TIME,
     AdvanceTimeGenerationSettings,
+    AdvanceTimeImportSettings,
     AdvanceTimeSettings,
     EventKind,
     EventShape,
@@ -26,6 +27,7 @@ from engine import (
     interval,
     point,
 )
+from engine.operators import join as join_operator
 from tests.harness import In, spark_run
 
 EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # CTI at each start
@@ -210,18 +212,30 @@ def test_a_waiting_pair_ends_at_its_closed_sides_end_once_the_other_cti_passes_i
     assert out == [edge_start(2, both), edge_end(2, 8, both), cti(9), cti(MAX_TIME)]
 
 
+@pytest.mark.parametrize("imported", [False, True])
 @pytest.mark.parametrize(("flush", "held"), [(False, 6), (True, 0)])
-def test_join_state_holds_only_what_can_still_meet_a_future_event(app, flush, held):
+def test_join_state_holds_only_what_can_still_meet_a_future_event(
+    app, flush, held, imported, monkeypatch
+):
+    # imported: r imports l's CTIs, so the join is a lookup join (engine.packed): l's held
+    # events are kept packed, and counted as the events packed in them
     script = EventScript()
     for t in range(20):
         script.insert("l", point(t, {"k": t % 3}))
         script.insert("r", interval(t, t + 5, {"k": t % 3}))
     settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, flush))
+    imports = AdvanceTimeSettings(import_settings=AdvanceTimeImportSettings("l"))
+    calls = []
+    real = join_operator._lookup_pairs
+    monkeypatch.setattr(join_operator, "_lookup_pairs", lambda *a: calls.append(1) or real(*a))
     left, right = (
-        Stream.create(n, MemoryInputFactory(), MemoryInputConfig(script=script), shape, settings)
-        for n, shape in (("l", EventShape.POINT), ("r", EventShape.INTERVAL))
+        Stream.create(n, MemoryInputFactory(), MemoryInputConfig(script=script), shape, s)
+        for n, shape, s in (
+            ("l", EventShape.POINT, settings),
+            ("r", EventShape.INTERVAL, imports if imported else settings),
+        )
     )
-    name = f"join-state-{flush}"
+    name = f"join-state-{flush}-{imported}"
     query = left.join(right, on="k").to_query(
         app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
     )
@@ -230,6 +244,7 @@ def test_join_state_holds_only_what_can_still_meet_a_future_event(app, flush, he
     # at 19), r keeps its intervals ending after 19 ([15, 20) .. [19, 24)). After +inf: nothing.
     [join_state] = query.operator_metrics().values()
     assert join_state["state_rows"] == held
+    assert bool(calls) == imported
 
 
 def test_a_join_whose_prefixed_name_is_taken_is_refused_with_the_names(app):
