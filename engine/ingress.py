@@ -32,12 +32,24 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegralType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from engine._spark import settle_worker
 from engine.errors import CtiViolationError, MalformedRecordError
 from engine.events import EdgeType, Event, EventKind
-from engine.operators.window import PushedWindow, merge_pushed, pushed_partials
+from engine.operators.window import PushedWindow, _bytewise, merge_pushed, pushed_partials
 from engine.packed import ARROW, PACKED_TYPE, unpacked
 from engine.packed import pack as pack_events
 from engine.rows import (
@@ -52,8 +64,10 @@ from engine.rows import (
     Flow,
     checkpoint,
     keyed_rises,
+    local_frame,
     min_of_latest,
     pos_literal,
+    same_value,
     sql_names,
 )
 from engine.settings import AdvanceTimePolicy, AdvanceTimeSettings
@@ -120,6 +134,8 @@ class IngressState:
     emitted: int = MIN_TIME
     open_edges: DataFrame | None = None
     counts: Counter = field(default_factory=Counter)
+    #: how many rows ``open_edges`` holds, where the driver knows it (it matched them)
+    open_rows: int | None = 0
     #: substreams (``over``): per (key, partition) the largest watermark (inputs with several
     #: partitions), and per key the largest keyed CTI candidate (:func:`engine.rows.keyed_rises`)
     key_watermarks: DataFrame | None = None
@@ -251,9 +267,19 @@ def ingress_epoch(
     partials = None
     if pushed is not None:
         partials = a.filter(f"{KIND} = 'PARTIAL'").select(*pushed.keys, *pushed.fields.fieldNames())
+    # an event row per inserted item at most (an END edge's row closes its START edge's)
+    rows = new_state.counts["events_in"] - state.counts["events_in"]
     if spec.edges:
         try:
-            closed, new_state.open_edges, dropped = _match_edges(a, spec, state.open_edges, cache)
+            if _few_edges(spec, a, state.open_rows, rows):
+                closed, new_state.open_edges, dropped, new_state.open_rows = _edges_on_driver(
+                    a, spec, state.open_edges
+                )
+            else:
+                closed, new_state.open_edges, dropped = _match_edges(
+                    a, spec, state.open_edges, cache
+                )
+                new_state.open_rows = None
         except _StopEpoch as malformed:
             # Whichever bad item comes first stops the epoch (matching is sound up to it).
             if violation is None or malformed.pos < violation.pos:
@@ -270,8 +296,6 @@ def ingress_epoch(
         trace.ingress(spec, a, events, ctis)
     # the epoch's CTIs rise above the input's CTI before it, the last to its CTI after it
     latest = new_state.emitted if new_state.emitted > state.emitted else MIN_TIME
-    # an event row per inserted item at most (an END edge's row closes its START edge's)
-    rows = new_state.counts["events_in"] - state.counts["events_in"]
     over = spec.ordering.over if spec.ordering is not None else None
     if over is None:
         flow = Flow(
@@ -373,7 +397,8 @@ def _collect_state(
             s.ended = bool(summary["ended"])
         if summary["next"] is not None:
             s.next = summary["next"]
-    new = IngressState(parts, state.emitted, state.open_edges, counts, arrival=arrival)
+    new = IngressState(parts, state.emitted, state.open_edges, counts, state.open_rows)
+    new.arrival = arrival
     return new, first, bad
 
 
@@ -406,14 +431,7 @@ def _match_edges(
     """
     payload = spec.payload
     key = [_P, "__os", *payload]
-    starts = a.filter((F.col(KIND) == "INSERT") & (F.col(EDGE) == "START")).select(
-        _P,
-        F.col(START).alias("__os"),
-        F.when(F.col("__adj"), F.col("__cb")).otherwise(F.col(START)).alias("__as"),
-        F.col("__drop").alias("__sdrop"),
-        F.col(POS).alias("__spos"),
-        *payload,
-    )
+    starts = _starts(a, payload)
     if open_edges is not None:
         starts = open_edges.unionByName(starts)
     ends = a.filter((F.col(KIND) == "INSERT") & (F.col(EDGE) == "END") & ~F.col("__viol")).select(
@@ -441,19 +459,7 @@ def _match_edges(
     ).first()
     bad, dropped = found["bad"], found["dropped"]
     if bad is not None:
-        event = Event(
-            EventKind.INSERT, bad["__os"], bad[END], {k: bad[k] for k in payload}, EdgeType.END
-        )
-        raise _StopEpoch(
-            tuple(bad[POS]),
-            MalformedRecordError(
-                f"END edge with no open START edge on input {spec.name!r} (partition "
-                f"{spec.partitions[bad[_P]]!r}, offset {bad[POS]['off']}): {event.describe()}; "
-                "expected a START edge with the same start and payload earlier in the same "
-                "partition. Fix: send the START edge first, or bind the input with a POINT or "
-                "INTERVAL shape"
-            ),
-        )
+        raise _unmatched_end(spec, tuple(bad[POS]), bad[_P], bad["__os"], bad[END], bad)
     matched = j.select(
         F.lit("INSERT").alias(KIND),
         F.lit("END").alias(EDGE),
@@ -475,6 +481,146 @@ def _match_edges(
         .drop("__r")
     )
     return closed, still_open, dropped
+
+
+def _unmatched_end(
+    spec: InputSpec, pos: tuple, part: int, start: int, end: int, payload: Any
+) -> _StopEpoch:
+    """The error for an END edge that closes no open START edge (``payload``: by column name)."""
+    values = {k: payload[k] for k in spec.payload}
+    event = Event(EventKind.INSERT, start, end, values, EdgeType.END)
+    return _StopEpoch(
+        pos,
+        MalformedRecordError(
+            f"END edge with no open START edge on input {spec.name!r} (partition "
+            f"{spec.partitions[part]!r}, offset {pos[2]}): {event.describe()}; expected a START "
+            "edge with the same start and payload earlier in the same partition. Fix: send the "
+            "START edge first, or bind the input with a POINT or INTERVAL shape"
+        ),
+    )
+
+
+#: an input with edges matches them on the driver (:func:`_edges_on_driver`) when the epoch's
+#: items and the START edges left open before it are at most this many; else in Spark
+DRIVER_EDGES = 100_000
+
+#: payload types whose values the driver compares as Spark's null-safe equality does
+_DRIVER_TYPES = (
+    IntegralType,
+    FloatType,
+    DoubleType,
+    DecimalType,
+    BooleanType,
+    DateType,
+    BinaryType,
+)
+
+
+def _few_edges(spec: InputSpec, a: DataFrame, open_rows: int | None, rows: int) -> bool:
+    if open_rows is None or open_rows + rows > DRIVER_EDGES:
+        return False
+    types = [a.schema[c].dataType for c in spec.payload]
+    return all(
+        isinstance(t, _DRIVER_TYPES) or (isinstance(t, StringType) and _bytewise(t)) for t in types
+    )
+
+
+def _edges_on_driver(
+    a: DataFrame, spec: InputSpec, open_edges: DataFrame | None
+) -> tuple[DataFrame, DataFrame, int, int]:
+    """:func:`_match_edges` for an epoch of few edges: the START edges (open before the epoch
+    and new) and the END edges collected in one job and matched on the driver (per partition,
+    original start and payload, FIFO); the closed END edges and the START edges still open are
+    frames made from the driver's rows. Returns them, the END edges dropped with their START
+    edge, and how many START edges are still open."""
+    import pyarrow.compute as pc
+
+    payload = spec.payload
+    starts = _starts(a, payload)
+    if open_edges is not None:
+        starts = open_edges.unionByName(starts)
+    ends = a.filter((F.col(KIND) == "INSERT") & (F.col(EDGE) == "END") & ~F.col("__viol"))
+    ends = ends.select(
+        _P,
+        F.col(START).alias("__os"),
+        F.col(END).alias("__e"),
+        F.col(POS).alias("__epos"),
+        *payload,
+    )
+    both = starts.unionByName(ends, allowMissingColumns=True)
+    table = pa.Table.from_batches(both._collect_as_arrow(empty_list_if_zero_records=False))
+    keys = table.select([_P, "__os", *payload]).to_pylist()
+    spos = table.column("__spos").to_pylist()
+    epos = table.column("__epos").to_pylist()
+    opened: dict[tuple, list[tuple[tuple, int]]] = {}
+    closing: dict[tuple, list[tuple[tuple, int]]] = {}
+    for i, (k, s, e) in enumerate(zip(keys, spos, epos, strict=True)):
+        key = tuple(same_value(v) for v in k.values())
+        if e is None:
+            opened.setdefault(key, []).append((tuple(s.values()), i))
+        else:
+            closing.setdefault(key, []).append((tuple(e.values()), i))
+    dropping = table.column("__sdrop").to_pylist()
+    bad: tuple[tuple, int] | None = None
+    used: set[int] = set()
+    pairs: list[tuple[int, int]] = []  # (END edge, its START edge), rows of ``table``
+    for key, es in closing.items():
+        ss = sorted(opened.get(key, []))
+        for n, (at, i) in enumerate(sorted(es)):
+            if n >= len(ss) or ss[n][0] > at:
+                bad = min(bad, (at, i)) if bad is not None else (at, i)
+                continue
+            used.add(ss[n][1])
+            pairs.append((i, ss[n][1]))
+    if bad is not None:
+        r = table.slice(bad[1], 1).to_pylist()[0]
+        raise _unmatched_end(spec, bad[0], r[_P], r["__os"], r["__e"], r)
+    kept = [(i, j) for i, j in pairs if not dropping[j]]
+    spark = a.sparkSession
+    e_rows = pa.array([i for i, _ in kept], pa.int64())
+    s_rows = pa.array([j for _, j in kept], pa.int64())
+    closed = pa.table(
+        {
+            KIND: pa.array(["INSERT"] * len(kept), pa.string()),
+            EDGE: pa.array(["END"] * len(kept), pa.string()),
+            START: pc.take(table.column("__as"), s_rows),
+            END: pc.take(table.column("__e"), e_rows),
+            POS: pc.take(table.column("__epos"), e_rows),
+            **{c: pc.take(table.column(c), e_rows) for c in payload},
+        }
+    )
+    fields = {f.name: f for f in a.schema.fields}
+    closed_schema = StructType(
+        [
+            StructField(KIND, StringType()),
+            StructField(EDGE, StringType()),
+            StructField(START, LongType()),
+            StructField(END, LongType()),
+            fields[POS],
+            *(fields[c] for c in payload),
+        ]
+    )
+    still = [j for j, e in enumerate(epos) if e is None and j not in used]
+    still_open = table.take(pa.array(still, pa.int64())).select(starts.columns)
+    dropped = len(pairs) - len(kept)
+    return (
+        local_frame(spark, closed, closed_schema),
+        local_frame(spark, still_open, starts.schema),
+        dropped,
+        len(still),
+    )
+
+
+def _starts(a: DataFrame, payload: list[str]) -> DataFrame:
+    """The epoch's START edges as :func:`_match_edges` matches them."""
+    return a.filter((F.col(KIND) == "INSERT") & (F.col(EDGE) == "START")).select(
+        _P,
+        F.col(START).alias("__os"),
+        F.when(F.col("__adj"), F.col("__cb")).otherwise(F.col(START)).alias("__as"),
+        F.col("__drop").alias("__sdrop"),
+        F.col(POS).alias("__spos"),
+        *payload,
+    )
 
 
 #: the columns the sequencer adds to each row

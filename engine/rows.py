@@ -363,13 +363,30 @@ def min_of_latest_on_driver(
 _local: weakref.WeakSet[DataFrame] = weakref.WeakSet()
 
 
+def local_frame(spark: Any, data: Any, schema: StructType) -> DataFrame:
+    """Rows the driver made (tuples, or an Arrow table) as a frame with no plan above them: its
+    own checkpoint (:func:`checkpoint`)."""
+    if isinstance(data, list):
+        df = spark.createDataFrame(data, schema=schema, verifySchema=False)
+    elif data.num_rows == 0:  # Spark cannot take an Arrow table of no chunks
+        df = spark.createDataFrame([], schema=schema)
+    else:
+        df = spark.createDataFrame(data, schema=schema)
+    _local.add(df)
+    return df
+
+
 def local_ctis(spark: Any, ctis: list[tuple[tuple, int]]) -> DataFrame:
     """CTI rows (``__pos``, ``__c``) that the driver computed, as a frame with no plan above
     them."""
     schema = StructType([StructField(POS, POS_TYPE, False), StructField(CTI, LongType(), False)])
-    df = spark.createDataFrame(ctis, schema=schema, verifySchema=False)
-    _local.add(df)
-    return df
+    return local_frame(spark, ctis, schema)
+
+
+def same_value(v: Any) -> Any:
+    """A value as Spark's null-safe equality compares it, for a driver's dictionary key (NaN
+    equal to NaN; Python's ``==`` and ``hash`` already make 0.0 and -0.0 one)."""
+    return ("NaN",) if isinstance(v, float) and v != v else v
 
 
 def keyed_rises(

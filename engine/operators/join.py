@@ -77,6 +77,7 @@ from engine.rows import (
     min_of_latest,
     min_of_latest_on_driver,
     pos_literal,
+    same_value,
     sql_names,
 )
 from engine.temporal import MAX_TIME, MIN_TIME
@@ -881,7 +882,7 @@ def _collected_closing(
         return None, found, None
     events, ends = [], {}
     for r in table.to_pylist():
-        key = (r[START], *(_same(r[c]) for c in payload))
+        key = (r[START], *(same_value(r[c]) for c in payload))
         if r["__src"] == 0:
             events.append(r | {"__new": False, _CLOSED_NOW: False})
         elif r[EDGE] == "END":
@@ -897,7 +898,7 @@ def _collected_closing(
     opens: dict = {}
     for e in events:
         if e[_OPEN]:
-            opens.setdefault((e[START], *(_same(e[c]) for c in payload)), []).append(e)
+            opens.setdefault((e[START], *(same_value(e[c]) for c in payload)), []).append(e)
     for key, closing in ends.items():
         waiting = sorted(opens.get(key, []), key=lambda e: _moment_key(e[_AT]))
         closing = sorted(closing, key=lambda r: tuple(r["__np"].values()))
@@ -916,11 +917,6 @@ def _collected_closing(
     for c in ("__new", _CLOSED, _CLOSED_NOW, *payload):
         sent = sent.append_column(c, every.column(c))
     return sent, found, every
-
-
-def _same(v: Any) -> Any:
-    """A payload value as Spark's null-safe equality compares it (NaN equal to NaN)."""
-    return ("NaN",) if isinstance(v, float) and v != v else v
 
 
 def _moment_key(m: dict) -> tuple:
