@@ -270,6 +270,31 @@ def test_an_end_edge_that_closes_no_start_edge_is_reported_like_the_reference(ap
         _agree(app, case, Input("a"), None, EventShape.EDGE, cuts)
 
 
+@pytest.mark.parametrize("matched", sorted(EDGES_MATCHED))
+@pytest.mark.parametrize("cuts", [[], [2], [3, 5]])
+def test_edges_with_string_and_double_payloads_close_like_the_reference(app, cuts, matched):
+    # identical edges open together close first in, first out; payloads that differ only in
+    # their string or double never close each other
+    script = EventScript()
+    script.insert("a", edge_start(0, {"k": "x", "v": 1.5}))
+    script.insert("a", edge_start(0, {"k": "x", "v": 1.5}))
+    script.insert("a", edge_start(0, {"k": "X", "v": 1.5}))
+    script.insert("a", edge_start(0, {"k": "x", "v": 2.5}))
+    script.cti("a", 1)
+    script.insert("a", edge_end(0, 4, {"k": "x", "v": 1.5}))
+    script.insert("a", edge_end(0, 6, {"k": "X", "v": 1.5}))
+    script.insert("a", edge_end(0, 3, {"k": "x", "v": 1.5}))
+    script.cti("a", 8)
+    binding = Binding("a", EXPLICIT, COLUMNS)
+    expected = run_reference(script, [binding], Input("a"), EventShape.INTERVAL)
+    inputs = {"a": In(EventShape.EDGE, EXPLICIT, "k string, v double")}
+    with _edges_matched(matched):
+        for epochs in (1, cuts or 1):
+            output, _ = spark_run(app, script, inputs, None, EventShape.INTERVAL, epochs)
+            assert output == expected.output, f"epochs={epochs}"
+    assert len([e for e in expected.output if e.kind is EventKind.INSERT]) == 3
+
+
 @pytest.mark.parametrize("pushed", [False, True])
 @pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7], [4, 8, 12], [6, 11]])
 def test_a_window_over_a_join_matches_the_reference(app, cuts, pushed, monkeypatch):
