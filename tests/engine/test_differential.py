@@ -54,6 +54,7 @@ SEARCHES = ["on the driver", "by a sort"]
 #: script's explicit CTIs
 EXPLICIT = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
 SHAPES = st.sampled_from([EventShape.POINT, EventShape.INTERVAL, EventShape.EDGE])
+INTERVAL = EventShape.INTERVAL
 
 
 def _bindings(case: Case) -> list[Binding]:
@@ -268,6 +269,56 @@ def test_an_end_edge_that_closes_no_start_edge_is_reported_like_the_reference(ap
     case = Case(script, {"a": EventShape.EDGE}, {"a": drop}, 7)
     with _edges_matched(matched):
         _agree(app, case, Input("a"), None, EventShape.EDGE, cuts)
+
+
+@pytest.mark.parametrize("matched", sorted(EDGES_MATCHED))
+@pytest.mark.parametrize("cuts", [[5], [2, 8, 13]])
+def test_edge_matching_rules_hold_wherever_edges_are_matched(app, cuts, matched):
+    # By hand (semantics §3): on "a" (ADJUST) two START edges of k=1 open with start 0, the
+    # second adjusted to the CTI 2; END edges close them first in, first out: [0, 5), [2, 7)
+    # (last in, first out would give [2, 5) and [0, 7)). The END edge (3, 4) of k=2 breaks the
+    # CTI 6: dropped before matching, the START edge stays open for (3, 9). On "b" (DROP) the
+    # START edge of k=4 breaks the CTI 5 and is dropped, and so is the END edge closing it.
+    script = EventScript()
+    script.insert("a", edge_start(0, {"k": 1, "v": 1}))
+    script.cti("a", 2)
+    script.insert("a", edge_start(0, {"k": 1, "v": 1}))
+    script.insert("b", edge_start(3, {"k": 3, "v": 3}))
+    script.cti("b", 5)
+    script.insert("b", edge_start(4, {"k": 4, "v": 4}))
+    script.insert("a", edge_end(0, 5, {"k": 1, "v": 1}))
+    script.insert("a", edge_start(3, {"k": 2, "v": 2}))
+    script.insert("a", edge_end(0, 7, {"k": 1, "v": 1}))
+    script.cti("a", 6)
+    script.insert("b", edge_end(4, 8, {"k": 4, "v": 4}))
+    script.insert("a", edge_end(3, 4, {"k": 2, "v": 2}))
+    script.insert("b", edge_end(3, 9, {"k": 3, "v": 3}))
+    script.insert("a", edge_end(3, 9, {"k": 2, "v": 2}))
+    script.cti("a", 10)
+    script.cti("b", 10)
+    gen = AdvanceTimeGenerationSettings(10**6, 0, True)
+    settings = {
+        "a": AdvanceTimeSettings(gen, policy=AdvanceTimePolicy.ADJUST),
+        "b": AdvanceTimeSettings(gen, policy=AdvanceTimePolicy.DROP),
+    }
+    case = Case(script, {"a": EventShape.EDGE, "b": EventShape.EDGE}, settings, 16)
+    expected = run_reference(script, _bindings(case), Union((Input("a"), Input("b"))), INTERVAL)
+    assert [e for e in expected.output if e.kind is EventKind.INSERT] == [
+        interval(0, 5, {"k": 1, "v": 1}),
+        interval(2, 7, {"k": 1, "v": 1}),
+        interval(3, 9, {"k": 2, "v": 2}),
+        interval(3, 9, {"k": 3, "v": 3}),
+    ]
+    assert (expected.counts["a"]["dropped"], expected.counts["b"]["dropped"]) == (1, 2)
+    with _edges_matched(matched):
+        _agree(
+            app,
+            case,
+            Union((Input("a"), Input("b"))),
+            lambda s: s["a"].union(s["b"]),
+            INTERVAL,
+            cuts,
+        )
 
 
 @pytest.mark.parametrize("matched", sorted(EDGES_MATCHED))
