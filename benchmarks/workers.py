@@ -1,4 +1,4 @@
-"""The fixed cost of the engine's Python functions on the executors (session 14).
+"""The fixed cost of the engine's Python functions on the executors.
 
     python -m benchmarks.workers --jobs 40
 

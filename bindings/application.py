@@ -39,7 +39,7 @@ class Application:
         # An epoch keeps its intermediate rows in Spark's columnar cache for the few jobs that
         # read them and drops them at its end: compressing them (the default) cost more than
         # the rows' scan itself (a profile of B1 put most of ingress's job in the compressor's
-        # statistics); B1 ran 15-20 % faster without it (benchmarks/README.md, session 11).
+        # statistics); B1 ran 15-20 % faster without it.
         self.spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
         self.queries: dict[str, Any] = {}
         self.query_templates: dict[str, QueryTemplate] = {}

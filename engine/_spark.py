@@ -25,17 +25,17 @@ __all__ = [
 #:   hash join on an integral key builds its table in at least one page: every epoch's join of
 #:   a few hundred CTIs took 64 MB on the driver, kept until the JVM's garbage collector let Spark
 #:   clean the broadcast (some were never cleaned): the driver's heap grew with the number of
-#:   epochs (benchmarks/README.md, session 8). Pages of 2 MB fit epochs of this size.
+#:   epochs. Pages of 2 MB fit epochs of this size.
 #: * Executors talk to their Python workers over Unix domain sockets, not TCP on loopback: over
 #:   TCP each Arrow function (reading an input, the ingress scan) waited about 40 ms for its
 #:   first input batch, as a small write waits for a delayed acknowledgement. With
 #:   :func:`settle_worker`, a job of 1,000 rows through two of them took 200-250 ms (median)
-#:   instead of 280-310 (``python -m benchmarks.workers``; benchmarks/README.md, session 14).
+#:   instead of 280-310 (``python -m benchmarks.workers``).
 #: * Spark keeps the classes it compiled for generated code in a cache of 100 entries by default
 #:   (keyed by the code's text). An epoch of a join feeding a hopping window runs about 200
 #:   distinct pieces of generated code, so the cache evicted each before its next use and Spark
 #:   compiled about 1,000 pieces per B2 run of four epochs (4-5 s of a 24 s run); with room for
-#:   1,000 it compiles only code it has not seen (benchmarks/README.md, session 21).
+#:   1,000 it compiles only code it has not seen.
 #: * PySpark 4 wraps every DataFrame and column function so that an analysis error can name the
 #:   Python line that called it: four py4j calls each (the active session, a setting, the call
 #:   site set and cleared). An epoch's plans are built by the engine's own code, so the line
@@ -128,7 +128,7 @@ def collect_driver_garbage() -> None:
     (analysed plans and all they hold) are released only when Python's cyclic collector frees
     the proxies. Left to itself, the collector runs a full collection more and more rarely as
     the driver's objects grow: in B1 over 8M events the JVM's live heap grew by about 0.6 MB
-    per epoch, and stayed flat with this (benchmarks/README.md, session 18). A full collection
+    per epoch, and stayed flat with this. A full collection
     takes about 30 ms on a bench driver; at most one per interval costs well under 1 % of a
     run's time."""
     import gc

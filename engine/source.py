@@ -259,8 +259,7 @@ def read_input(
     runs, with the adapter as it is now (a live adapter's end-offset snapshot changes every
     epoch) pickled with the function. A Python Data Source did the same but also ran Python
     planner processes on the driver for each read (look the source up, create it, plan its
-    partitions); starting them made a started query's first step about 5 s slower
-    (``benchmarks/README.md``, session 13)."""
+    partitions); starting them made a started query's first step about 5 s slower."""
     read = SourceRead(adapter, index, partitions, payload, ranges, input_name, floor)
     return read.frame(spark)
 

@@ -407,7 +407,7 @@ def test_steady_steps_of_a_started_query_compile_no_new_code(app, kafka_broker):
 
 
 def test_a_state_snapshot_from_another_version_is_refused_with_the_fix(spark, tmp_path):
-    # A join's state had a field of pending pairs until session 24; a snapshot holding it
+    # An older version kept a field of pending pairs in a join's state; a snapshot holding it
     # cannot be resumed by this version: the error says which and what to do.
     from engine.checkpoint import CheckpointDir
     from engine.operators.join import JoinState
