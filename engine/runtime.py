@@ -953,8 +953,8 @@ def _held_warnings(
         ]
         if len(without) < len(spec.partitions):
             why.append(
-                f"its adapter sent no CTI on partition(s) {without} (an input's CTI is the "
-                "minimum over its partitions)"
+                f"its partition(s) {without} had no CTI (an input's CTI is the minimum over its "
+                "partitions)"
             )
             fix.append("have its adapter send CTIs on every partition")
         else:

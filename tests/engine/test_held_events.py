@@ -154,7 +154,7 @@ def test_a_partition_without_ctis_is_named(app):
     got = run_recorded(query)
     assert MemoryOutputFactory.collected(name) == []
     assert len(got) == 1
-    assert "its adapter sent no CTI on partition(s) ['p1']" in got[0]
+    assert "its partition(s) ['p1'] had no CTI" in got[0]
     assert "have its adapter send CTIs on every partition" in got[0]
 
 
