@@ -95,13 +95,14 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BeforeValidator, Field, SecretStr, model_validator
 
 from adapters._marked import Mark, MarkedOutputAdapter, read_mark
 from adapters._records import (
@@ -112,6 +113,7 @@ from adapters._records import (
     _parse_ddl,
     _parse_time,
 )
+from adapters._secret import SecretConfig
 from adapters.base import (
     InputAdapter,
     InputAdapterFactory,
@@ -212,6 +214,14 @@ def _timeout(value: Any) -> Any:
 _Timeout = Annotated[timedelta, BeforeValidator(_timeout)]
 
 
+_ENDPOINT = re.compile(r"sb://[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?/?")
+_HUB_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_FORM = (
+    "'Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=<policy>;"
+    "SharedAccessKey=<key>[;EntityPath=<hub>]'"
+)
+
+
 def _settings(connection_string: str) -> dict[str, str]:
     parts = (p.split("=", 1) for p in connection_string.split(";") if "=" in p)
     return {k.strip().lower(): v.strip() for k, v in parts}
@@ -222,12 +232,13 @@ def _name(value: str | None, role: str) -> None:
         raise ValueError(f"{role} must name a field; got an empty string")
 
 
-class EventHubConnectionConfig(BaseModel):
+class EventHubConnectionConfig(SecretConfig):
     """How to reach the event hub; shared by :class:`EventHubInputConfig` and
     :class:`EventHubOutputConfig`.
 
-    ``connection_string`` (a :class:`~pydantic.SecretStr`, never printed) is the namespace's or the
-    event hub's, as the portal shows it: ``Endpoint=sb://<ns>.servicebus.windows.net/;
+    ``connection_string`` (a :class:`~pydantic.SecretStr`, never printed, not even in part by a
+    validation error: :mod:`adapters._secret`) is the namespace's or the event hub's, as the
+    portal shows it: ``Endpoint=sb://<ns>.servicebus.windows.net/;
     SharedAccessKeyName=...;SharedAccessKey=...[;EntityPath=<hub>]`` (add
     ``UseDevelopmentEmulator=true`` for the emulator). ``eventhub_name`` may be left out when the
     string has ``EntityPath``; if both are given they must agree. ``consumer_group`` names the reads
@@ -236,8 +247,6 @@ class EventHubConnectionConfig(BaseModel):
     ``retry_mode="exponential"``) up to ``retry_backoff_max``; a read that gets nothing for
     ``receive_timeout`` while events are due counts as a failure too.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     connection_string: SecretStr
     eventhub_name: str | None = None
@@ -250,14 +259,30 @@ class EventHubConnectionConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_connection(self) -> EventHubConnectionConfig:
+        # The messages never show a part of the string: a key may have run into it.
         settings = _settings(self.connection_string.get_secret_value())
-        if not settings.get("endpoint", "").startswith("sb://"):
+        endpoint = settings.get("endpoint", "")
+        if not endpoint.startswith("sb://"):
             raise ValueError(
                 "connection_string has no 'Endpoint=sb://<namespace host>/'; expected an Event "
                 "Hubs connection string. Fix: copy it from the namespace's or the event hub's "
                 "'Shared access policies' in the portal"
             )
+        if not _ENDPOINT.fullmatch(endpoint):
+            raise ValueError(
+                "the Endpoint of connection_string is not 'sb://<namespace host>[:port]/' (a "
+                "host name and nothing after the '/'; the value is not shown, as a secret may "
+                "have run into it). Fix: end it at the '/' and separate the parts with ';': "
+                f"{_FORM}"
+            )
         entity = settings.get("entitypath")
+        if entity and not _HUB_NAME.fullmatch(entity):
+            raise ValueError(
+                "the EntityPath of connection_string is not an event hub name (letters, digits, "
+                "'.', '-' and '_', starting and ending with a letter or digit; the value is not "
+                "shown, as a secret may have run into it). Fix: separate the parts with ';': "
+                f"{_FORM}, or leave EntityPath out and set eventhub_name"
+            )
         if self.eventhub_name is not None and not self.eventhub_name.strip():
             raise ValueError("eventhub_name must name an event hub; got an empty string")
         if entity and self.eventhub_name and entity != self.eventhub_name:
@@ -269,7 +294,8 @@ class EventHubConnectionConfig(BaseModel):
         if not (entity or self.eventhub_name):
             raise ValueError(
                 "no event hub named: the connection string has no EntityPath and eventhub_name "
-                "is not set. Fix: EventHub...Config(..., eventhub_name='<hub>')"
+                "is not set. Fix: EventHub...Config(..., eventhub_name='<hub>'), or use the "
+                "event hub's own connection string (it ends in ';EntityPath=<hub>')"
             )
         if self.retry_backoff < timedelta(0) or self.receive_timeout <= timedelta(0):
             raise ValueError(

@@ -89,7 +89,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BeforeValidator, Field, SecretStr, model_validator
 
 from adapters._marked import Mark, MarkedOutputAdapter, read_mark
 from adapters._records import (
@@ -101,6 +101,7 @@ from adapters._records import (
     _parse_time,
     _quote,
 )
+from adapters._secret import SecretConfig
 from adapters.base import (
     InputAdapter,
     InputAdapterFactory,
@@ -210,18 +211,17 @@ def _servers(value: Any) -> Any:
     )
 
 
-class KafkaConnectionConfig(BaseModel):
+class KafkaConnectionConfig(SecretConfig):
     """How to reach the cluster; shared by :class:`KafkaInputConfig` and
     :class:`KafkaOutputConfig`.
 
     ``bootstrap_servers`` is ``"host:port"``, a comma-separated list or a sequence of them.
     Security: ``security_protocol`` and, for SASL, ``sasl_mechanism`` with ``sasl_username`` and
-    ``sasl_password`` (a :class:`~pydantic.SecretStr`, never printed); ``ssl_cafile`` for a private
-    CA. Failures: each client call gets ``connect_attempts`` attempts of at most
-    ``request_timeout`` each, separated by ``retry_backoff`` doubling after every failure.
+    ``sasl_password`` (a :class:`~pydantic.SecretStr`, never printed, not even by a validation
+    error: :mod:`adapters._secret`); ``ssl_cafile`` for a private CA. Failures: each client call
+    gets ``connect_attempts`` attempts of at most ``request_timeout`` each, separated by
+    ``retry_backoff`` doubling after every failure.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     bootstrap_servers: Annotated[tuple[str, ...], BeforeValidator(_servers)]
     client_id: str = "ctistream"

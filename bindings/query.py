@@ -37,6 +37,8 @@ class Query:
 
         ``epochs``: how many epochs to cut the arrival sequence into, or the arrival stamps at
         which to cut. The output is the same for any cut (semantics §4).
+        A run that ends with every event held back by an input without a CTI warns
+        (:class:`engine.errors.HeldEventsWarning`, semantics §8) naming the input and the fix.
         ``trace``: record what :meth:`timeline` draws (``True``, or a :class:`engine.trace.Trace`
         to set its cap); off by default, and free when off. A traced run costs one small Spark
         job per epoch more. ``progress``: print a line per epoch to stderr (epoch k/n, seconds,
@@ -94,10 +96,13 @@ class Query:
     def stop(self, flush: bool = True) -> None:
         """Stop a started query: finish the running epoch, then run a last one in which inputs
         that flush on stop flush (unless ``flush=False``), and close the output. Raises what
-        stopped the loop, if anything did."""
+        stopped the loop, if anything did. A stop with ``flush`` that leaves every event held
+        back by an input without a CTI warns (:class:`engine.errors.HeldEventsWarning`)."""
         streamer = self._started()
         self._streamer = None
         streamer.stop(flush)
+        if flush:
+            self._runtime.warn_held(stacklevel=2)
 
     def exception(self) -> BaseException | None:
         """What stopped a started query's loop, or None while it runs (or after it stopped)."""

@@ -1,6 +1,11 @@
 """The temporal core: time, events, advance-time settings, errors; Spark operators underneath."""
 
-from engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
+from engine.errors import (
+    CtiViolationError,
+    HeldEventsWarning,
+    MalformedRecordError,
+    QueryBuildError,
+)
 from engine.events import (
     EdgeType,
     Event,
@@ -39,6 +44,7 @@ __all__ = [
     "EventKind",
     "EventOrderingSettings",
     "EventShape",
+    "HeldEventsWarning",
     "MalformedRecordError",
     "OrderingAction",
     "QueryBuildError",

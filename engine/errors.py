@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "CtiViolationError",
     "EngineError",
+    "HeldEventsWarning",
     "MalformedRecordError",
     "QueryBuildError",
 ]
@@ -41,3 +42,12 @@ class CtiViolationError(EngineError):
             "AdvanceTimeSettings(..., policy=AdvanceTimePolicy.DROP or ADJUST), or make the source "
             "respect its CTIs. Everything before this event was delivered."
         )
+
+
+class HeldEventsWarning(UserWarning):
+    """A run ended with every event held back by an input that never had a CTI (semantics §8).
+
+    Such an input (no CTI generation, no imported CTIs, no explicit CTI from its adapter) keeps
+    the query's output CTI at -inf, so nothing is released; the warning names the input and the
+    fix, instead of an empty result without a word.
+    """

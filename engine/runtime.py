@@ -15,6 +15,7 @@ import logging
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,7 +30,7 @@ from pyspark.sql.types import StructType
 from adapters.base import InputAdapter, OutputAdapter
 from engine._spark import collect_driver_garbage, parse_schema
 from engine.egress import EgressState, egress_epoch
-from engine.errors import QueryBuildError
+from engine.errors import HeldEventsWarning, QueryBuildError
 from engine.events import EventShape
 from engine.ingress import IngressState, InputSpec, PartitionState, _StopEpoch, ingress_epoch
 from engine.operators import LifetimeState, UnionState, alter_lifetime, select, union, where
@@ -386,6 +387,8 @@ class Runtime:
                     after = k + 1 == len(bounds) - 1
                     upcoming = _Upcoming(raws, *bounds[k + 1], stop and after)
                 self.run_epoch(k, reads | raws, lo, hi, stop and last, delivered, upcoming=upcoming)
+            if stop:
+                self.warn_held(stacklevel=3)
         finally:
             self._trace = None  # only this run is traced (not a later start())
             self._drop_ahead()
@@ -514,6 +517,16 @@ class Runtime:
             ordering = self._ordering.get(b.spec.index)
             out[b.spec.name] = complete_metrics(m, b.spec.ordering, ordering)
         return out
+
+    def warn_held(self, stacklevel: int = 2) -> None:
+        """After a run that stopped (driver; semantics §8, last paragraph): for each input still
+        at CTI -inf while the query's inputs hold events, a :class:`HeldEventsWarning` and a
+        warning on the query's log naming the input and the fix. Reads the ingress state the
+        run left (no Spark job). ``stacklevel``: the caller to point the warning at."""
+        states = [(b.spec, self._ingress.get(b.spec.index)) for b in self.inputs]
+        for message, fields in _held_warnings(self.name, states):
+            log.warning(message, extra={"ctistream": fields})
+            warnings.warn(message, HeldEventsWarning, stacklevel=stacklevel + 1)
 
     def watermark_delay(self) -> timedelta | None:
         """Wall clock minus the query's latest output CTI (§8); None while it is -inf / +inf."""
@@ -892,3 +905,68 @@ def _joins_below(node: Node) -> bool:
     """Whether a join or anti-join is at or below ``node``: its pairs may end by the CTI of a
     side, so its keyed CTIs do not enter a join (docs/decisions.md, "Per-key CTIs")."""
     return any(isinstance(n, JoinNode | AntiJoinNode) for n in walk(node))
+
+
+def _held_warnings(
+    query: str, states: Sequence[tuple[InputSpec, IngressState | None]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The warnings (message, log fields) of :meth:`Runtime.warn_held`: one per input whose CTI
+    is still -inf, when the query's inputs took events that were not dropped. Such an input
+    keeps the query's output CTI at -inf (every operator's output CTI is at most the minimum of
+    its inputs', semantics §5), so none of those events was released."""
+    held = {
+        spec.name: st.counts["events_in"] - st.counts["dropped"]
+        for spec, st in states
+        if st is not None
+    }
+    total = sum(held.values())
+    found = []
+    for spec, st in states:
+        if st is None or st.emitted > MIN_TIME or total <= 0:
+            continue
+        generation = spec.settings.generation if spec.settings else None
+        imported = spec.settings.import_settings if spec.settings else None
+        why, fix = [], []
+        if spec.ordering is not None:
+            why.append("its event ordering made no watermark and does not flush on stop")
+            fix.append("set flush_on_stop=True in its EventOrderingSettings")
+        elif generation is not None:
+            why.append("its CTI generation made no CTI and does not flush on stop")
+            fix.append("set flush_on_stop=True in its AdvanceTimeGenerationSettings")
+        else:
+            why.append("it has no CTI generation")
+            fix.append(
+                "bind it with AdvanceTimeSettings(generation=AdvanceTimeGenerationSettings("
+                "frequency, delay, flush_on_stop=True))"
+            )
+        if imported is not None:
+            why.append(f"the input it imports CTIs from, {imported.stream_name!r}, had none")
+            fix.append(f"give {imported.stream_name!r} CTIs")
+        else:
+            why.append("it imports no CTIs")
+            fix.append(
+                "import another input's CTIs (AdvanceTimeSettings(import_settings="
+                "AdvanceTimeImportSettings('<input>')))"
+            )
+        without = [
+            p for p, ps in zip(spec.partitions, st.partitions, strict=True) if ps.cti == MIN_TIME
+        ]
+        if len(without) < len(spec.partitions):
+            why.append(
+                f"its partition(s) {without} had no CTI (an input's CTI is the minimum over its "
+                "partitions)"
+            )
+            fix.append("have its adapter send CTIs on every partition")
+        else:
+            why.append("its adapter sent no explicit CTI")
+            fix.append("have its adapter send CTIs (a CTI at +inf at its end releases everything)")
+        own = held[spec.name]
+        message = (
+            f"query {query!r}: input {spec.name!r} ended the run without a CTI: "
+            f"{', '.join(why[:-1])} and {why[-1]}. So the query released nothing (its output "
+            f"CTI stayed -inf): {own} event(s) of this input and {total} of all its inputs are "
+            f"held back. Fix: {'; or '.join(fix)}"
+        )
+        fields = {"query": query, "input": spec.name, "held": own, "held_in_query": total}
+        found.append((message, fields))
+    return found
