@@ -198,7 +198,7 @@ def memory_mode(args: argparse.Namespace) -> None:
     for events in args.events:
         dataset(args, events)  # generated here, so the children only read
         for which in args.which:
-            for side in SIDES:
+            for side in args.sides:
                 cmd = [sys.executable, "-m", "benchmarks.run", "--side", side, "--which", which]
                 cmd += ["--memory"]  # with --side: the engine's heap after each epoch too
                 cmd += ["--events", str(events), "--per-file", str(args.per_file)]
@@ -247,6 +247,9 @@ def main() -> None:
         type=float,
         default=5.0,
         help="--memory: seconds between live-heap samples (each runs a full GC through jcmd)",
+    )
+    p.add_argument(
+        "--sides", nargs="+", choices=SIDES, default=list(SIDES), help="--memory: which sides"
     )
     p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     args = p.parse_args()
