@@ -136,6 +136,16 @@ class InputAdapter(ABC):
         """Called once on the driver with the name the input is bound under, before
         :meth:`partitions`. The default does nothing."""
 
+    def size_hint(self) -> int | None:
+        """At most how many items (events, CTIs, ENDs) a read of every partition from offset 0
+        yields, if the driver can tell cheaply after :meth:`partitions` (a script's length,
+        Parquet row counts, a broker's end offsets); None (the default) when it cannot. A bounded
+        run cuts its epochs by size (``run()``'s default ``epochs``): inputs whose hints add up
+        to a small size run as one epoch with no Spark job to count them; otherwise the engine
+        counts the items in a Spark job. A hint too small only makes the epoch larger: the
+        output is the same for any cut (semantics §4)."""
+        return None
+
     def without_side_effects(self) -> InputAdapter:
         """A copy of this adapter for the reads the engine makes only to look at arrival stamps
         (the quantiles a bounded run is cut at when ``run(epochs=N)``): it reads the same items

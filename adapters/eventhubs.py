@@ -676,6 +676,11 @@ class EventHubInputAdapter(InputAdapter):
         """The snapshot by partition id (None before :meth:`partitions`)."""
         return None if self._ends is None else dict(self._ends)
 
+    def size_hint(self) -> int | None:
+        """At most how many events a read of the snapshot yields: per partition, its last
+        sequence number plus one (None before :meth:`partitions`)."""
+        return None if self._ends is None else sum(last + 1 for last in self._ends.values())
+
     def payload_schema(self) -> str:
         """The payload as Spark DDL: the configured schema."""
         return self._config.schema_

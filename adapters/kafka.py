@@ -703,6 +703,11 @@ class KafkaInputAdapter(InputAdapter):
         """The end-offset snapshot by partition name (None before :meth:`partitions`)."""
         return None if self._ends is None else dict(self._ends)
 
+    def size_hint(self) -> int | None:
+        """At most how many records a read of the snapshot yields: the sum of its end offsets
+        (None before :meth:`partitions`)."""
+        return None if self._ends is None else sum(self._ends.values())
+
     def payload_schema(self) -> str:
         """The payload as Spark DDL: the configured schema, or ``"<value_column> binary"``."""
         cfg = self._config

@@ -219,6 +219,10 @@ class MemoryInputAdapter(InputAdapter):
     def partitions(self) -> Sequence[str]:
         return self._script.partitions(self._name)
 
+    def size_hint(self) -> int:
+        """The script's items for this input."""
+        return sum(len(self._script.items(self._name, p)) for p in self.partitions())
+
     def payload_schema(self) -> str:
         if self._schema is not None:
             return self._schema

@@ -4,7 +4,9 @@ B1: the data stream (POINT at ``start``, arrival from ``arrival``), CTIs by coun
 delay and DROP, tumbling 1-minute count per key. B2: the same stream joined on ``key`` with the
 reference stream (EDGE, importing the data stream's CTIs, ADJUST), then a hopping 1-minute /
 10-second average of ``v`` per key. One epoch per data file: the cuts are the arrival stamps at
-which the files start, so the engine's epochs are the native query's micro-batches.
+which the files start, so the engine's epochs are the native query's micro-batches. P: the data
+stream straight to the output (a pass-through), run as a user would: ``query.run()`` with its
+default epochs.
 """
 
 from __future__ import annotations
@@ -77,10 +79,13 @@ def ref_stream(meta: dict) -> Stream:
 def run(
     app: Application, which: str, meta: dict, name: str, partitions: str = "one", keep: bool = False
 ) -> Result:
-    """Build and run B1 or B2 as query ``name`` of ``app``; time it from binding to the end."""
+    """Build and run B1, B2 or P as query ``name`` of ``app``; time it from binding to the end."""
     t0 = time.perf_counter()
     data = data_stream(meta, partitions)
-    if which == "B1":
+    cuts = meta["cuts"]
+    if which == "P":
+        out, value, cuts = data, "v", None
+    elif which == "B1":
         out = data.tumbling_window(timedelta(minutes=1)).group_by("key").aggregate(n=F.count("*"))
         value = "n"
     else:
@@ -94,7 +99,10 @@ def run(
     sink = CountingFactory()
     query = out.to_query(app, name, sink, CountingConfig(value, keep), EventShape.INTERVAL)
     t_run = time.perf_counter()
-    query.run(epochs=meta["cuts"])
+    if cuts is None:
+        query.run()
+    else:
+        query.run(epochs=cuts)
     seconds = time.perf_counter() - t0
     counted = sink.last
     assert counted is not None

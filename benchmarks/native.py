@@ -4,7 +4,8 @@ B1: ``readStream`` of the data directory, one file per micro-batch (``maxFilesPe
 ``withWatermark("start", "5 seconds")``, ``groupBy(window("start", "1 minute"), "key").count()``,
 append mode, trigger ``availableNow``. B2: the same stream joined (stream-static) with the
 reference's latest value per key, then ``window("start", "1 minute", "10 seconds")`` and ``avg(v)``.
-The sink is ``foreachBatch``, which counts the rows (and collects them when asked).
+P: the stream as read, no watermark, to the sink. The sink is ``foreachBatch``, which counts the
+rows (and collects them when asked).
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ def query(spark: SparkSession, which: str, meta: dict) -> tuple[DataFrame, str]:
         spark.readStream.schema(DATA_SCHEMA)
         .option("maxFilesPerTrigger", 1)
         .parquet(meta["data_dir"])
-        .withWatermark("start", "5 seconds")
     )
+    if which == "P":
+        return stream, "v"
+    stream = stream.withWatermark("start", "5 seconds")
     if which == "B1":
         agg = stream.groupBy(F.window("start", "1 minute"), "key").agg(F.count("*").alias("n"))
         return agg, "n"
@@ -56,9 +59,8 @@ def run(spark: SparkSession, which: str, meta: dict, name: str, keep: bool = Fal
         result.batches += 1
         marks.append(time.perf_counter())
         if keep:
-            rows = batch.select(
-                F.unix_micros(F.col("window.start")).alias("s"), "key", value
-            ).collect()
+            start = F.col("start" if which == "P" else "window.start")
+            rows = batch.select(F.unix_micros(start).alias("s"), "key", value).collect()
             result.kept.extend((r["s"], r["key"], r[value]) for r in rows)
             result.rows += len(rows)
         else:

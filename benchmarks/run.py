@@ -1,7 +1,12 @@
-"""B1/B2: the engine side by side with the nearest native Structured Streaming query.
+"""B1/B2/P: the engine side by side with the nearest native Structured Streaming query.
 
     python -m benchmarks.run --events 200000 --per-file 100000 --which B1 B2
     python -m benchmarks.run --memory --events 2000000 8000000 --which B1
+    python -m benchmarks.run --memory --events 2000000 8000000 --per-file 250000 --which P
+
+P is a pass-through (the data stream straight to the counting sink) that the engine runs with
+``query.run()``'s default epochs, where B1 and B2 cut one epoch per data file: it shows what a
+plain run holds in memory as the input grows.
 
 Generates the data if missing (under ``--cache``), then in one process with one SparkSession runs
 the engine query and the native query over the same files, alternating which goes first over
@@ -46,6 +51,7 @@ import math
 import os
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 from benchmarks import data, engine_side, memory, native
@@ -92,7 +98,15 @@ def run_side(app, spark, side: str, which: str, meta: dict, name: str, args) -> 
 
 
 def compare(which: str, eng: Result, nat: Result) -> str:
-    """How the two sides' window results agree: same windows, same values, and the differences."""
+    """How the two sides' window results agree: same windows, same values, and the differences
+    (P: the same events, as a multiset of (start, key, v))."""
+    if which == "P":
+        e, n = Counter(eng.kept), Counter(nat.kept)
+        same = sum((e & n).values())
+        return (
+            f"P: {eng.rows} events from the engine, {nat.rows} from native, {same} in both; "
+            f"only engine {sum((e - n).values())}, only native {sum((n - e).values())}"
+        )
     e = {(s, k): v for s, k, v in eng.kept}
     n = {(s, k): v for s, k, v in nat.kept}
     both = e.keys() & n.keys()
@@ -184,7 +198,7 @@ def memory_mode(args: argparse.Namespace) -> None:
     for events in args.events:
         dataset(args, events)  # generated here, so the children only read
         for which in args.which:
-            for side in SIDES:
+            for side in args.sides:
                 cmd = [sys.executable, "-m", "benchmarks.run", "--side", side, "--which", which]
                 cmd += ["--memory"]  # with --side: the engine's heap after each epoch too
                 cmd += ["--events", str(events), "--per-file", str(args.per_file)]
@@ -213,7 +227,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--events", type=int, nargs="+", default=[2_000_000])
     p.add_argument("--per-file", type=int, default=1_000_000, help="events per micro-batch file")
-    p.add_argument("--which", nargs="+", choices=("B1", "B2"), default=["B1", "B2"])
+    p.add_argument("--which", nargs="+", choices=("B1", "B2", "P"), default=["B1", "B2"])
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--cache", default="/tmp/ctistream-bench", help="where the data sets go")
@@ -233,6 +247,9 @@ def main() -> None:
         type=float,
         default=5.0,
         help="--memory: seconds between live-heap samples (each runs a full GC through jcmd)",
+    )
+    p.add_argument(
+        "--sides", nargs="+", choices=SIDES, default=list(SIDES), help="--memory: which sides"
     )
     p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -28,7 +28,7 @@ class Query:
 
     def run(
         self,
-        epochs: int | Sequence[datetime | int] = 1,
+        epochs: int | Sequence[datetime | int] | None = None,
         *,
         trace: bool | Trace = False,
         progress: bool = False,
@@ -36,7 +36,12 @@ class Query:
         """Run over bounded inputs to their end, then stop (inputs that flush on stop flush).
 
         ``epochs``: how many epochs to cut the arrival sequence into, or the arrival stamps at
-        which to cut. The output is the same for any cut (semantics §4).
+        which to cut; by default (None) by size: epochs of at most about 250,000 input items
+        (:data:`engine.runtime.EPOCH_ITEMS`), so the driver, which holds an epoch's output until
+        it is delivered, needs no more memory for a larger input. A small input is one epoch at
+        no extra cost when its adapters know their size on the driver (scripts, Parquet files,
+        Kafka and Event Hubs snapshots: ``InputAdapter.size_hint``); otherwise a Spark job
+        counts the items first. The output is the same for any cut (semantics §4).
         A run that ends with every event held back by an input without a CTI warns
         (:class:`engine.errors.HeldEventsWarning`, semantics §8) naming the input and the fix.
         ``trace``: record what :meth:`timeline` draws (``True``, or a :class:`engine.trace.Trace`

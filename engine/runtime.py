@@ -83,7 +83,13 @@ from engine.schema import check_payload_names, schema_differences
 from engine.source import SourceRead, read_input
 from engine.temporal import MIN_TIME, format_ticks, to_ticks
 
-__all__ = ["BoundInput", "Runtime"]
+__all__ = ["EPOCH_ITEMS", "BoundInput", "Runtime"]
+
+#: A bounded run's epochs by default (``run(epochs=None)``) hold at most about this many input
+#: items (every input's events, CTIs and ends together): the driver holds an epoch's output
+#: (about 1 KB an event as :class:`~engine.events.Event` objects) until it is delivered, and
+#: more epochs cost more fixed time (0.2-1 s each). Any cut gives the same output (semantics §4).
+EPOCH_ITEMS = 250_000
 
 #: One record per epoch; ``record.ctistream`` holds the fields (query, epoch, seconds, items,
 #: output_cti) for structured handlers.
@@ -336,19 +342,52 @@ class Runtime:
                 raws[b.spec.index] = checkpoint(df, eager=False, level=StorageLevel.MEMORY_AND_DISK)
         return raws
 
-    def _cuts(self, raws: dict[int, DataFrame], epochs: int | Sequence[Any]) -> list[int]:
+    def _cuts(self, raws: dict[int, DataFrame], epochs: int | Sequence[Any] | None) -> list[int]:
         """The arrival stamps where epochs start; ``epochs`` cuts the arrivals of the inputs
-        (``raws`` where cached, else read once more) in that many quantiles."""
+        (``raws`` where cached, else read once more) in that many quantiles; None: by size, in
+        as many as keep each epoch at most about :data:`EPOCH_ITEMS` items."""
+        if epochs is None:
+            return self._cuts_by_size(raws)
         if not isinstance(epochs, int):
             return sorted({to_ticks(c, what="epoch cut") for c in epochs})
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1; got {epochs}")
         if epochs == 1:
             return []
+        arrivals = self._arrivals(raws)
+        qs = arrivals.approxQuantile("__arr", [i / epochs for i in range(1, epochs)], 0.0)
+        return sorted({int(q) for q in qs})
+
+    def _cuts_by_size(self, raws: dict[int, DataFrame]) -> list[int]:
+        """``run(epochs=None)``'s cuts. Inputs whose adapters bound their size on the driver
+        (:meth:`~adapters.base.InputAdapter.size_hint`) to :data:`EPOCH_ITEMS` together run as
+        one epoch without a Spark job; else the inputs' arrival stamps are read once (kept, as
+        one column, for two jobs: their count, then approximate quantiles). Any cut gives the
+        same output (semantics §4), so the quantiles need not be exact: with ``k`` epochs a rank
+        error of ``n / 4k`` leaves each epoch within half an epoch of ``n / k`` items."""
+        hints = [b.adapter.size_hint() for b in self.inputs]
+        known = [h for h in hints if h is not None]
+        if len(known) == len(hints) and sum(known) <= EPOCH_ITEMS:
+            return []
+        arrivals = self._arrivals(raws).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            n = arrivals.count()
+            epochs = -(-n // EPOCH_ITEMS)
+            if epochs <= 1:
+                return []
+            fractions = [i / epochs for i in range(1, epochs)]
+            qs = arrivals.approxQuantile("__arr", fractions, 1 / (4 * epochs))
+        finally:
+            arrivals.unpersist()
+        return sorted({int(q) for q in qs})
+
+    def _arrivals(self, raws: dict[int, DataFrame]) -> DataFrame:
+        """The arrival stamps (``__arr``) of every input's items: from ``raws`` where cached,
+        else read once more, without dead letters (the epochs write them)."""
         arrivals = None
         for b in self.inputs:
             raw = raws.get(b.spec.index)
-            if raw is None:  # a read for its stamps: no dead letters (the epochs write them)
+            if raw is None:
                 spec, adapter = b.spec, b.adapter.without_side_effects()
                 raw = read_input(
                     self.spark, adapter, spec.index, spec.partitions, b.schema, None, spec.name
@@ -356,13 +395,17 @@ class Runtime:
             a = raw.select("__arr")
             arrivals = a if arrivals is None else arrivals.unionByName(a)
         assert arrivals is not None
-        qs = arrivals.approxQuantile("__arr", [i / epochs for i in range(1, epochs)], 0.0)
-        return sorted({int(q) for q in qs})
+        return arrivals
 
-    def run(self, epochs: int | Sequence[Any] = 1, stop: bool = True, trace: Any = None) -> None:
+    def run(
+        self, epochs: int | Sequence[Any] | None = None, stop: bool = True, trace: Any = None
+    ) -> None:
         """Run bounded inputs to their end in epochs (semantics §4), then stop (flushing the
-        inputs that flush on stop when ``stop``). ``trace``: an :class:`engine.trace.Trace` to
-        record the run's timeline in, or None (no tracing, no cost)."""
+        inputs that flush on stop when ``stop``). ``epochs``: how many (cut at quantiles of the
+        arrival stamps), the arrival stamps to cut at, or None: by size, epochs of at most about
+        :data:`EPOCH_ITEMS` input items, so that what the driver holds per epoch does not grow
+        with the input. ``trace``: an :class:`engine.trace.Trace` to record the run's timeline
+        in, or None (no tracing, no cost)."""
         self._trace = trace
         if trace is not None:
             trace.start(self)

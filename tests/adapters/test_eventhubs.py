@@ -226,8 +226,10 @@ def test_partitions_snapshot_the_last_sequence_numbers_and_every_read_stops_ther
     for i, p in enumerate([0, 1, 0, 0]):
         hubs.append(hub, p, {"id": i, "v": 1.0}, enqueued_time=ENQUEUED_MS + i)
     a = adapter(hubs, hub)
+    assert a.size_hint() is None  # no snapshot yet
     assert a.partitions() == ["0", "1", "2"]
     assert a.last_sequence_numbers == {"0": 2, "1": 0, "2": -1}  # -1: empty
+    assert a.size_hint() == 4  # what a bounded run reads: 3 + 1 + 0 events
     hubs.append(hub, 0, {"id": 9, "v": 9.0}, enqueued_time=ENQUEUED_MS + 9)  # after the snapshot
     shipped = pickle.loads(pickle.dumps(a))  # as the engine ships it to executors
     assert [i.event.payload["id"] for i in shipped.read("0", 0)] == [0, 2, 3]

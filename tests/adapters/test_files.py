@@ -787,3 +787,17 @@ def test_a_payload_column_named_like_an_output_column_is_refused(tmp_path: Path)
     with pytest.raises(ValueError, match=r"payload column 'start'.*clashes"):
         sink.deliver(0, [point(1, {"start": 1})])
     assert sink.delivered_through() is None
+
+
+def test_size_hint_bounds_the_items_from_footers_and_file_sizes(tmp_path: Path) -> None:
+    # Parquet: the footers' row counts plus an END per file: 3 + 1 and 2 + 1 items, read exactly
+    pq.write_table(pa.table({"ts": [1, 2, 3]}), tmp_path / "a.parquet", row_group_size=2)
+    pq.write_table(pa.table({"ts": [4, 5]}), tmp_path / "b.parquet")
+    a = adapter(path=str(tmp_path / "*.parquet"), time_column="ts")
+    assert a.size_hint() == 7 == sum(len(read_all(a, p)) for p in a.partitions())
+    # text: a record takes at least one byte, so the bytes bound it: "ts\n1\n2\n" is 7 bytes,
+    # + 1 for the END, and holds 2 events and the END (3 items)
+    (tmp_path / "c.csv").write_text("ts\n1\n2\n")
+    c = adapter(path=str(tmp_path / "c.csv"), time_column="ts")
+    assert c.size_hint() == 8
+    assert len(read_all(c)) == 3

@@ -239,9 +239,11 @@ def test_partitions_snapshot_the_end_offsets_and_every_read_stops_there(broker):
         [(p, {"id": i, "v": 1.0}, ARRIVAL_MS + i, None) for i, p in enumerate([0, 1, 0, 0])],
     )
     a = adapter(b, topic)
+    assert a.size_hint() is None  # no snapshot yet
     assert a.partitions() == ["0", "1", "2"]
     # The snapshot counts every record of multi-record batches.
     assert a.end_offsets == {"0": 3, "1": 1, "2": 0}
+    assert a.size_hint() == 4  # what a bounded run reads: 3 + 1 + 0 records
     produce(b, topic, [(0, {"id": 9, "v": 9.0}, ARRIVAL_MS + 9, None)])  # after the snapshot
     shipped = pickle.loads(pickle.dumps(a))  # as the engine ships it to executors
     assert [i.event.payload["id"] for i in read_all(shipped, "0")] == [0, 2, 3]
