@@ -13,8 +13,11 @@ written to the offset log; after its output is delivered, to the commit log; eve
 ``checkpoint_every`` epochs the whole state (ingress, operators, egress, offsets) is written too
 (:mod:`engine.checkpoint`). A restarted query loads the newest state and replays the logged
 epochs after it with the same ranges and floors, so it computes the same output again; the
-output adapter skips the epochs it already delivered. Nothing read after the last logged epoch
-was delivered, so the query then simply goes on.
+output adapter receives only the items it does not hold (:meth:`adapters.base.OutputAdapter
+.progress`), also of an epoch that failed part-way. Nothing read after the last logged epoch
+was delivered, so the query then simply goes on, unless it had ended for good (a stop with
+flush, or every input at CTI +inf): then the start raises
+:class:`engine.errors.QueryStoppedError` (semantics §9).
 """
 
 from __future__ import annotations
@@ -146,25 +149,27 @@ class Streamer:
         every input is at CTI +inf. An input that ended on its own stays ended either way."""
         rt, where = self.rt, str(self.dir.path) if self.dir is not None else None
         last = max(logged, default=None)
+        fix = (
+            "Fix: start the query with a new checkpoint directory (it reads its inputs again "
+            "from their start)"
+        )
         if last is not None and logged[last].get("stop"):
             why = (
                 f"records a stop with flush (epoch {last}): the inputs that flush on stop are at "
-                "CTI +inf, so every event read from now on would be dropped as a CTI violation"
+                "CTI +inf, so every event read from now on would be dropped as a CTI violation; "
+                "expected the checkpoint of a query that was not stopped, or stopped with "
+                "stop(flush=False)"
             )
+            fix += ", or stop it with stop(flush=False) to resume it later"
         elif rt.inputs and all(st.emitted >= MAX_TIME for st in rt._ingress.values()):
             why = (
                 "records that every input ended (all at CTI +inf): nothing read from now on "
-                "could change the output"
+                "could change the output; expected a checkpoint with an input below +inf"
             )
         else:
             return
         rt.output.close()
-        raise QueryStoppedError(
-            f"query {rt.name!r}: its checkpoint {where!r} {why}; expected the checkpoint of a "
-            "query that was not stopped, or stopped with stop(flush=False). Fix: start the query "
-            "with a new checkpoint directory (it reads its inputs again from their start), or "
-            "stop it with stop(flush=False) to resume it later"
-        )
+        raise QueryStoppedError(f"query {rt.name!r}: its checkpoint {where!r} {why}. {fix}")
 
     # -- epochs --------------------------------------------------------------------------------
     def _plan(self, stopping: bool) -> dict[str, Any]:

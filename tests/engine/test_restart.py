@@ -368,3 +368,28 @@ def test_a_query_stopped_without_flush_resumes_delivering_nothing_twice(
     assert got[-1] == ("CTI", "+inf", {})
     assert out.read_text() == clean_out.read_text()
     assert [json.loads(line)["kind"] for line in out.read_text().splitlines()].count("CTI") > 1
+
+
+def test_a_query_whose_inputs_all_ended_refuses_to_start_again_on_its_checkpoint(app, tmp_path):
+    # One file input that flushes at its end: after the first epoch its CTI is +inf, so even a
+    # stop without flush leaves nothing that could change the output.
+    source, out, ckpt = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "ckpt"
+    write_jsonl(source, [{"ts": iso(1), "v": 1}])
+    query = _file_query(app, "ended", source, out, advance_time=EVERY_EVENT)
+    query.start(trigger=None, checkpoint=ckpt)
+    query.step()
+    query.stop(flush=False)
+    assert read_output(out) == [
+        ("CTI", iso(1), {}),
+        ("INSERT", iso(1), {"v": 1}),
+        ("CTI", "+inf", {}),
+    ]
+    again = _file_query(app, "ended", source, out, advance_time=EVERY_EVENT)
+    with pytest.raises(QueryStoppedError) as error:
+        again.start(trigger=None, checkpoint=ckpt)
+    assert str(error.value) == (
+        f"query {again.name!r}: its checkpoint {str(ckpt)!r} records that every input ended "
+        "(all at CTI +inf): nothing read from now on could change the output; expected a "
+        "checkpoint with an input below +inf. Fix: start the query with a new checkpoint "
+        "directory (it reads its inputs again from their start)"
+    )
