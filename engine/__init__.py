@@ -1,6 +1,11 @@
 """The temporal core: time, events, advance-time settings, errors; Spark operators underneath."""
 
-from engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
+from engine.errors import (
+    CtiViolationError,
+    MalformedRecordError,
+    QueryBuildError,
+    QueryStoppedError,
+)
 from engine.events import (
     EdgeType,
     Event,
@@ -42,6 +47,7 @@ __all__ = [
     "MalformedRecordError",
     "OrderingAction",
     "QueryBuildError",
+    "QueryStoppedError",
     "WindowOutput",
     "cti",
     "edge_end",

@@ -862,12 +862,12 @@ def _undelivered(
         return None
     if held > len(items):
         raise EngineError(
-            f"query {query!r}: its output holds {held} items of epoch {k}, but the epoch, "
-            f"replayed from the checkpoint, has {len(items)}; expected at least {held} (a "
-            "replayed epoch gives the same output up to the item where it failed). The input "
-            "the epoch read was changed before that item, or another query writes the same "
-            "output. Fix: restore the input as it was up to the item that failed, or start the "
-            "query with a new checkpoint directory and a new output"
+            f"query {query!r}: its output holds {held} items of epoch {k}, but epoch {k} "
+            f"computed again has {len(items)}; expected at least {held} (an epoch computed "
+            "again gives the same items up to where it failed). The input the epoch read was "
+            "changed before that point, or the output holds the items of another query or "
+            "run. Fix: restore the input as it was up to the item that failed, or give the "
+            "query a new output (and a new checkpoint directory)"
         )
     return items[held:]
 

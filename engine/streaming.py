@@ -274,8 +274,7 @@ class Streamer:
         """Plan, log and run the next epoch."""
         if self.stopped:
             raise RuntimeError(
-                f"query {self.rt.name!r} has stopped (its checkpoint says so); expected a "
-                "running query. Fix: start it with a new checkpoint directory"
+                f"query {self.rt.name!r} has stopped; expected a running query. Fix: start it again"
             )
         if self.error is not None:
             raise RuntimeError(

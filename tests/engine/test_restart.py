@@ -85,11 +85,11 @@ def test_an_output_gets_the_items_of_an_epoch_past_those_it_holds():
     with pytest.raises(EngineError) as error:
         _undelivered("q", 3, items, Progress(3, 5))
     assert str(error.value) == (
-        "query 'q': its output holds 5 items of epoch 3, but the epoch, replayed from the "
-        "checkpoint, has 2; expected at least 5 (a replayed epoch gives the same output up to "
-        "the item where it failed). The input the epoch read was changed before that item, or "
-        "another query writes the same output. Fix: restore the input as it was up to the item "
-        "that failed, or start the query with a new checkpoint directory and a new output"
+        "query 'q': its output holds 5 items of epoch 3, but epoch 3 computed again has 2; "
+        "expected at least 5 (an epoch computed again gives the same items up to where it "
+        "failed). The input the epoch read was changed before that point, or the output holds "
+        "the items of another query or run. Fix: restore the input as it was up to the item "
+        "that failed, or give the query a new output (and a new checkpoint directory)"
     )
 
 
