@@ -116,7 +116,7 @@ def test_killed_queries_deliver_exactly_what_an_uninterrupted_run_delivers(
                 child.wait()
                 kills += 1
                 continue
-        out, _ = child.communicate(timeout=300)
+        out, _ = child.communicate(timeout=600)
         text = out.decode(errors="replace")
         if stop_kill:
             in_stop = text
