@@ -7,6 +7,7 @@ from adapters.base import (
     ItemKind,
     OutputAdapter,
     OutputAdapterFactory,
+    Progress,
     SourceItem,
 )
 from adapters.push import (
@@ -28,6 +29,7 @@ __all__ = [
     "ItemKind",
     "OutputAdapter",
     "OutputAdapterFactory",
+    "Progress",
     "PushAdapterError",
     "PushInputAdapter",
     "PushInputAdapterFactory",

@@ -1,10 +1,12 @@
 """Exactly-once output to one broker partition by marks: shared by the Kafka and Event Hubs output.
 
-A private module. Every output record carries its epoch, its index among the epoch's records and
-their count (headers in Kafka, application properties in Event Hubs). On first use an adapter
-reads the partition's tail back to the last marked record (:class:`Mark`), which says which epoch
-was written last and whether it is complete; :meth:`MarkedOutputAdapter.deliver` then writes only
-what the partition lacks. The broker adapters supply the reading, the sending and what a client
+A private module. Every output record carries its epoch, the index of its item among the epoch's
+items (the engine's numbering, CTIs included whether they are written or not) and the number of
+the epoch's items known when it was written (headers in Kafka, application properties in Event
+Hubs). On first use an adapter reads the partition's tail back to the last marked record
+(:class:`Mark`): the output holds the epoch's items up to that record's
+(:meth:`MarkedOutputAdapter.progress`), and :meth:`MarkedOutputAdapter.deliver` numbers the items
+it gets from there on. The broker adapters supply the reading, the sending and what a client
 error means; the guarantees are documented on each of them.
 """
 
@@ -17,22 +19,19 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from adapters._records import _format_time, _json_default
-from adapters.base import OutputAdapter
+from adapters.base import OutputAdapter, Progress
 from engine.errors import EngineError
 from engine.events import Event, EventKind, EventShape
 
 
 @dataclass(frozen=True, slots=True)
 class Mark:
-    """Where the output partition's tail stands: the last record this scheme wrote."""
+    """Where the output partition's tail stands: the last record this scheme wrote, as its
+    epoch, its item's index in the epoch and the epoch's items known when it was written."""
 
     epoch: int
     index: int
     count: int
-
-    @property
-    def complete(self) -> bool:
-        return self.index >= self.count - 1
 
 
 def read_mark(epoch: Any, index: Any, count: Any) -> Mark | None:
@@ -49,7 +48,7 @@ _UNKNOWN: Any = object()
 
 
 class MarkedOutputAdapter(OutputAdapter):
-    """Writes each epoch's events and CTIs as JSON records to one partition, each epoch exactly
+    """Writes each epoch's events and CTIs as JSON records to one partition, each item exactly
     once (driver). Subclasses say how to send, read the tail and handle client errors."""
 
     #: The words of the messages: one record, where records go, and how they get there.
@@ -69,31 +68,36 @@ class MarkedOutputAdapter(OutputAdapter):
         self._mark: Mark | None = _UNKNOWN
 
     # -- engine hooks -------------------------------------------------------------------------
-    def delivered_through(self) -> int | None:
-        """The last epoch whose records are all in the partition, or None (reads the tail once)."""
+    def progress(self) -> Progress | None:
+        """The epoch of the partition's last marked record and the items of that epoch up to
+        it, or None (reads the tail once)."""
         mark = self._tail()
-        if mark is None:
-            return None
-        epoch = mark.epoch if mark.complete else mark.epoch - 1
-        return epoch if epoch >= 0 else None
+        return None if mark is None else Progress(mark.epoch, mark.index + 1)
 
     def deliver(self, epoch: int, items: Sequence[Event]) -> None:
-        """Write the records of ``epoch`` that the partition does not hold yet; return when they
-        are acknowledged."""
+        """Write ``items``, the items of ``epoch`` after those :meth:`progress` reports; return
+        when they are acknowledged."""
         include_ctis = self._config.include_ctis
-        values = [(self._value(e), e.is_cti) for e in items if include_ctis or not e.is_cti]
-        if not values:
-            return
-        count = len(values)
         write, _, writing = self._verbs
         failures = 0
+        base: int | None = None  # the index of items[0] in the epoch
         while True:
             try:
                 if self._mark is _UNKNOWN:
                     self._mark = self._read_tail()
-                first = self._first_missing(epoch, count, self._mark)
-                if first < count:
-                    self._send(epoch, values, first)
+                if base is None:
+                    base = self._base(epoch, self._mark)
+                    values = [
+                        (base + i, self._value(e), e.is_cti)
+                        for i, e in enumerate(items)
+                        if include_ctis or not e.is_cti
+                    ]
+                mark = self._mark
+                first = 0  # after a failure: past the records that reached the partition
+                if mark is not None and mark.epoch == epoch:
+                    first = sum(1 for v in values if v[0] <= mark.index)
+                if first < len(values):
+                    self._send(epoch, values, first, base + len(items))
                 return
             except Exception as error:
                 if not self._client_error(error):
@@ -124,9 +128,12 @@ class MarkedOutputAdapter(OutputAdapter):
         next attempt, or raise the clear error that ends them."""
 
     @abstractmethod
-    def _send(self, epoch: int, values: list[tuple[bytes, bool]], first: int) -> None:
-        """Send ``(value, is_cti)`` from index ``first`` on, marked; keep ``_mark`` at the last
-        record acknowledged."""
+    def _send(
+        self, epoch: int, values: list[tuple[int, bytes, bool]], first: int, count: int
+    ) -> None:
+        """Send ``(index, value, is_cti)`` from ``values[first]`` on, marked with the epoch,
+        the index and ``count`` (the epoch's items so far); keep ``_mark`` at the last record
+        acknowledged."""
 
     @abstractmethod
     def _read_tail(self) -> Mark | None:
@@ -136,29 +143,19 @@ class MarkedOutputAdapter(OutputAdapter):
     def _close_producer(self, producer: Any) -> None: ...
 
     # -- helpers ------------------------------------------------------------------------------
-    def _first_missing(self, epoch: int, count: int, mark: Mark | None) -> int:
-        where, record, target = self._where, self._record, self._target
-        write, written, _ = self._verbs
+    def _base(self, epoch: int, mark: Mark | None) -> int:
+        """The index in ``epoch`` of the first item delivered now: past the partition's items
+        of it (:meth:`progress`)."""
         if mark is None or epoch > mark.epoch:
-            if mark is not None and not mark.complete:
-                raise self._error(
-                    f"{where} ends in the middle of epoch {mark.epoch} ({record} "
-                    f"{mark.index + 1} of {mark.count}), but epoch {epoch} is being delivered; "
-                    f"expected epoch {mark.epoch} to be completed first. The partition was "
-                    "probably written by another query. Fix: give each query its own output "
-                    f"{target} or partition"
-                )
             return 0
-        if epoch < mark.epoch or mark.complete:
-            return count  # already there
-        if count != mark.count:
-            raise self._error(
-                f"epoch {epoch} was partly {written} to {where} with {mark.count} {record}s, but "
-                f"is delivered again with {count}; expected the same output (an epoch's output "
-                f"is deterministic). Fix: make the query deterministic, or {write} to a new "
-                f"{target} or partition"
-            )
-        return mark.index + 1
+        if epoch == mark.epoch:
+            return mark.index + 1
+        raise self._error(
+            f"{self._where} holds epoch {mark.epoch} already, but epoch {epoch} is being "
+            f"delivered; expected epoch {mark.epoch} or later. The partition was probably "
+            f"{self._verbs[1]} by another query. Fix: give each query its own output "
+            f"{self._target} or partition"
+        )
 
     def _value(self, event: Event) -> bytes:
         cfg = self._config

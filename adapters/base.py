@@ -17,8 +17,10 @@ The engine uses a partitioned pull model:
   orders all items of all inputs by (arrival, binding order of the input, offset, partition):
   semantics §4. Explicit CTIs are items too: an adapter enqueues them in its partition's order.
 * An :class:`OutputAdapter` lives on the driver and receives, per epoch, the committed events and
-  CTIs in delivery order (:meth:`OutputAdapter.deliver`). It can make delivery idempotent by
-  remembering the last epoch it delivered (:meth:`OutputAdapter.delivered_through`).
+  CTIs in delivery order (:meth:`OutputAdapter.deliver`). It makes delivery exactly-once by
+  recording, with what it delivers, how far it got: an epoch and a count of that epoch's items
+  (:meth:`OutputAdapter.progress`). A restarted query replays the epochs after its checkpoint
+  and hands the adapter only the items past that point (semantics §9).
 
 Two models of input adapter. StreamInsight's adapters *push*: the server calls ``Start()``, the
 adapter enqueues events until the server's buffer is full, then waits for ``Resume()``. This
@@ -38,7 +40,8 @@ offset to replay, so :class:`InputAdapter` above is the native contract.
   behind a broker and read it with a pull adapter).
 
 Output has one contract: StreamInsight's dequeue loop maps to :meth:`OutputAdapter.deliver`,
-called once per epoch with what ``Dequeue`` would have returned until ``Empty``.
+called once per epoch with what ``Dequeue`` would have returned until ``Empty`` (an epoch that
+failed part-way: twice, the items before the failure and, after the restart, the rest).
 
 Adapters are made by factories, as in StreamInsight: :meth:`InputAdapterFactory.create` is called
 once per adapter instance, and :meth:`InputAdapterFactory.declare_advance_time_properties` is called
@@ -53,7 +56,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, NamedTuple, TypeVar
 
 from engine.errors import MalformedRecordError
 from engine.events import Event, EventShape
@@ -68,6 +71,7 @@ __all__ = [
     "ItemKind",
     "OutputAdapter",
     "OutputAdapterFactory",
+    "Progress",
     "SourceItem",
 ]
 
@@ -236,21 +240,43 @@ class InputAdapter(ABC):
             yield flush()
 
 
+class Progress(NamedTuple):
+    """How far an output got (semantics §9): every item of the epochs before ``epoch`` and the
+    first ``items`` items of ``epoch`` are durably delivered. ``Progress(3, 0)``: epochs 0-2."""
+
+    epoch: int
+    items: int
+
+
 class OutputAdapter(ABC):
-    """A consumer of a query's committed output (driver)."""
+    """A consumer of a query's committed output (driver).
+
+    The contract, in full: the engine calls :meth:`deliver` with each epoch's items in order,
+    and, before it delivers an epoch that a restarted query replays, :meth:`progress` to learn
+    what the output already holds. An adapter that records, atomically with the items it
+    writes, the epoch and how many of its items it has written so far (the sum over the calls
+    for that epoch) and returns that from :meth:`progress` gets exactly-once output across
+    crashes, failed epochs and restarts; one that records nothing gets every item at least once.
+    """
 
     @abstractmethod
     def deliver(self, epoch: int, items: Sequence[Event]) -> None:
-        """Receive the output of ``epoch``: committed events (in the consumer's shape) and CTIs.
+        """Receive output of ``epoch``: committed events (in the consumer's shape) and CTIs.
 
         For each new output CTI, in increasing order, the events it newly commits sorted by
-        (start, end, payload), then the CTI itself. Called once per epoch, epochs in order,
-        possibly with an empty ``items``.
+        (start, end, payload), then the CTI itself. Epochs come in order; an epoch normally comes
+        in one call with all of its items (possibly none). ``items`` continue the epoch's items
+        after those :meth:`progress` reported for it: an epoch that fails part-way (a malformed
+        record, a CTI violation without a policy) is delivered up to its first bad item, then the
+        query raises; started again on its checkpoint, the query replays the epoch and this
+        receives the rest of it. Return once the items are durably delivered (or raise).
         """
 
-    def delivered_through(self) -> int | None:
-        """The last epoch this adapter has durably delivered, or None. The engine skips epochs up
-        to it when it replays after a restart. The default remembers nothing."""
+    def progress(self) -> Progress | None:
+        """What this output durably holds (driver): :class:`Progress` ``(epoch, items)``, or
+        None when it holds nothing (or does not know). Called before the epochs a restarted
+        query replays: the engine skips the epochs before ``epoch`` and the first ``items``
+        items of ``epoch``. The default remembers nothing, so replayed items come again."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook

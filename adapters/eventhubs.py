@@ -65,7 +65,7 @@ ISO-8601 with ``+00:00``, or ``"+inf"``) and, with ``include_ctis`` (default), e
 (``partition_id``, default ``"0"``) in delivery order, in batches (``create_batch``/
 ``send_batch``, each batch appended all or nothing). Read back with
 ``EventHubInputConfig(time_field="start", end_field="end", edge_field="edge", schema=...)`` (no
-``end_field`` for POINT), the output is the same stream. Delivery is idempotent per epoch: see
+``end_field`` for POINT), the output is the same stream. Delivery is exactly-once per item: see
 :class:`EventHubOutputAdapter`.
 
 **Endpoint down.** Every client operation is retried by azure-eventhub itself: ``retry_total``
@@ -148,7 +148,8 @@ __all__ = [
 
 #: Application property marking an event as a CTI (value ``CTI``) or an event (``INSERT``).
 KIND_PROPERTY = "ctistream-kind"
-#: Output properties: the epoch an event belongs to, its index in the epoch's events, their count.
+#: Output properties: the epoch an event belongs to, its item's index among the epoch's items
+#: (CTIs counted, sent or not), and how many items of the epoch were known when it was sent.
 EPOCH_PROPERTY = "ctistream-epoch"
 INDEX_PROPERTY = "ctistream-index"
 COUNT_PROPERTY = "ctistream-count"
@@ -925,27 +926,28 @@ def _mark(event: EventData) -> Mark | None:
 
 
 class EventHubOutputAdapter(MarkedOutputAdapter):
-    """Sends a query's committed output to one event hub partition, each epoch exactly once.
+    """Sends a query's committed output to one event hub partition, each item exactly once.
 
-    Runs on the driver; the engine calls :meth:`deliver` once per epoch, in order, and
-    :meth:`delivered_through` when it replays after a restart.
+    Runs on the driver; the engine calls :meth:`deliver` with each epoch's items in order and
+    :meth:`progress` before it replays epochs after a restart.
 
     Idempotence. Every event carries the application properties :data:`EPOCH_PROPERTY`,
-    :data:`INDEX_PROPERTY` (its place among the epoch's events) and :data:`COUNT_PROPERTY` (how
-    many the epoch has), as ints. On first use the adapter reads the partition's tail back, through
-    the same endpoint, to the last event with these properties: it says which epoch was sent last
-    and whether it is complete. An epoch below it is skipped; a partly sent epoch is completed from
-    the first missing index (the engine's output for an epoch is deterministic; a replay with
-    another event count is refused); later epochs are sent whole. Events go in batches, each
-    appended all or nothing, one batch at a time, with no client-side retry of a send (a retried
-    send whose first attempt was in fact enqueued would duplicate it): after a failed send the
-    adapter reconnects, reads the tail again and sends what is missing, ``retry_total`` times.
+    :data:`INDEX_PROPERTY` (its item's place among the epoch's items, CTIs counted whether
+    ``include_ctis`` sends them or not) and :data:`COUNT_PROPERTY` (how many items of the epoch
+    were known when it was sent), as ints. On first use the adapter reads the partition's tail
+    back, through the same endpoint, to the last event with these properties: the partition holds
+    that epoch's items up to its index, which is what :meth:`progress` tells the engine, and the
+    engine hands :meth:`deliver` only the items after it (an epoch that failed part-way, or was
+    cut by a crash, is completed after the restart). Events go in batches, each appended all or
+    nothing, one batch at a time, with no client-side retry of a send (a retried send whose first
+    attempt was in fact enqueued would duplicate it): after a failed send the adapter reconnects,
+    reads the tail again and sends what is missing, ``retry_total`` times.
 
     Consequences: the partition should belong to this query alone (events of other writers are
     passed over, but a second query writing the same partition is indistinguishable). A new query
     over a partition that already holds epochs skips those epochs, as a restart would: to start
     over, send to a new event hub or partition. Readers see an epoch's events as they are
-    appended; one that must see whole epochs waits for the event whose index is count - 1.
+    appended.
     """
 
     _record = "event"
@@ -967,17 +969,18 @@ class EventHubOutputAdapter(MarkedOutputAdapter):
             raise _failure(cfg, what, error, after) from error
         _backoff(cfg, failures)
 
-    def _send(self, epoch: int, values: list[tuple[bytes, bool]], first: int) -> None:
+    def _send(
+        self, epoch: int, values: list[tuple[int, bytes, bool]], first: int, count: int
+    ) -> None:
         from azure.eventhub import EventData
 
         cfg = self._config
-        count = len(values)
         if self._producer is None:
             self._producer = _producer(cfg, retries=0)
         producer = self._producer
         batch = producer.create_batch(partition_id=cfg.partition_id)
-        for index in range(first, count):
-            body, is_cti = values[index]
+        last = None  # the index of the batch's last event
+        for index, body, is_cti in values[first:]:
             event = EventData(body)
             event.properties = {
                 KIND_PROPERTY: "CTI" if is_cti else "INSERT",
@@ -996,11 +999,12 @@ class EventHubOutputAdapter(MarkedOutputAdapter):
                         "columns, or use a tier with larger messages"
                     ) from None
                 producer.send_batch(batch)
-                self._mark = Mark(epoch, index - 1, count)
+                self._mark = Mark(epoch, last, count)
                 batch = producer.create_batch(partition_id=cfg.partition_id)
                 batch.add(event)
+            last = index
         producer.send_batch(batch)
-        self._mark = Mark(epoch, count - 1, count)
+        self._mark = Mark(epoch, last, count)
 
     def _read_tail(self) -> Mark | None:
         """The mark of the last event of this scheme in the partition, scanning back from the end
@@ -1039,7 +1043,7 @@ class EventHubOutputAdapter(MarkedOutputAdapter):
 
 class EventHubOutputFactory(OutputAdapterFactory[EventHubOutputConfig]):
     """Makes :class:`EventHubOutputAdapter` instances (driver). The adapter connects on first use
-    (:meth:`EventHubOutputAdapter.delivered_through` or :meth:`EventHubOutputAdapter.deliver`)."""
+    (:meth:`EventHubOutputAdapter.progress` or :meth:`EventHubOutputAdapter.deliver`)."""
 
     supported_shapes: ClassVar[frozenset[EventShape]] = frozenset(EventShape)
 

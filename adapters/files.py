@@ -96,6 +96,7 @@ from adapters.base import (
     ItemKind,
     OutputAdapter,
     OutputAdapterFactory,
+    Progress,
     SourceItem,
 )
 from engine.errors import MalformedRecordError, QueryBuildError
@@ -1048,20 +1049,21 @@ def _csv_value(value: Any) -> str:
 
 
 class FileOutputAdapter(OutputAdapter):
-    """Appends a query's committed output to one file, exactly once per epoch after recovery.
+    """Appends a query's committed output to one file, each item exactly once after recovery.
 
-    Runs on the driver; the engine calls :meth:`deliver` once per epoch in order and
-    :meth:`delivered_through` when it replays after a restart.
+    Runs on the driver; the engine calls :meth:`deliver` with each epoch's items in order and
+    :meth:`progress` before it replays epochs after a restart.
 
-    Durability: :meth:`deliver` appends the epoch's rows, flushes and fsyncs the file, then writes
-    the sidecar ``<path>.epoch`` = ``{"epoch": N, "bytes": L}`` (L = the data file's length after
-    epoch N) atomically (temporary file, fsync, rename, fsync of the directory). An epoch at or
-    below the sidecar's is skipped. If the process dies between the data and the sidecar, the file
-    holds a tail the sidecar does not cover: a whole or torn epoch. Creating the adapter (and every
-    :meth:`deliver`) truncates the file back to ``L``, and the engine redelivers that epoch, so the
-    file ends up with every epoch exactly once. Until then a reader of the file may see that tail:
-    readers that must see committed rows only should read the first ``L`` bytes. Without a sidecar
-    the adapter starts one at the file's current length (existing content is kept). To start over,
+    Durability: :meth:`deliver` appends the rows, flushes and fsyncs the file, then writes the
+    sidecar ``<path>.epoch`` = ``{"epoch": N, "items": n, "bytes": L}`` (n = the items of epoch N
+    in the file, L = the data file's length after them) atomically (temporary file, fsync, rename,
+    fsync of the directory). If the process dies between the data and the sidecar, the file holds
+    a tail the sidecar does not cover: whole or torn rows. Creating the adapter (and every
+    :meth:`deliver`) truncates the file back to ``L``, and the engine delivers those items again,
+    so the file ends up with every item exactly once; an epoch that failed part-way is completed
+    the same way after the restart. Until then a reader of the file may see that tail: readers
+    that must see committed rows only should read the first ``L`` bytes. Without a sidecar the
+    adapter starts one at the file's current length (existing content is kept). To start over,
     delete both files: a sidecar left behind makes a new query skip the epochs it records.
     """
 
@@ -1082,16 +1084,25 @@ class FileOutputAdapter(OutputAdapter):
         if self._format == "csv" and os.path.getsize(self._path) > 0:
             self._header = _csv_header(self._path)
 
-    def delivered_through(self) -> int | None:
-        """The epoch in the sidecar: the last one whose rows are durably in the file, or None."""
+    def progress(self) -> Progress | None:
+        """What the sidecar records: the epoch last written to and how many of its items the
+        file holds, or None."""
         state = self._read_sidecar()
         return None if state is None else state[0]
 
     def deliver(self, epoch: int, items: Sequence[Event]) -> None:
-        """Append ``items`` as rows, unless ``epoch`` is at or below :meth:`delivered_through`."""
+        """Append ``items`` as rows: the items of ``epoch`` after those :meth:`progress`
+        reports."""
         state = self._read_sidecar()
-        if state is not None and state[0] is not None and epoch <= state[0]:
-            return
+        done = state[0] if state is not None else None
+        if done is not None and epoch < done.epoch:
+            raise ValueError(
+                f"output file {self._path!r} holds epoch {done.epoch} (its sidecar "
+                f"{self._sidecar!r} says so), but epoch {epoch} is delivered; expected epoch "
+                f"{done.epoch} or later. The file is written by another query, or its sidecar was "
+                "left by one. Fix: give each query its own output file, or delete both files to "
+                "start over"
+            )
         # A sidecar deleted under a live adapter: keep what the file holds.
         size = self._repair(state[1] if state is not None else os.path.getsize(self._path))
         rows = [self._row(e) for e in items]
@@ -1101,7 +1112,8 @@ class FileOutputAdapter(OutputAdapter):
             f.flush()
             os.fsync(f.fileno())
             size = f.tell()
-        self._write_sidecar(epoch, size)
+        held = done.items if done is not None and done.epoch == epoch else 0
+        self._write_sidecar(Progress(epoch, held + len(items)), size)
 
     # -- helpers ------------------------------------------------------------------------------
     def _row(self, event: Event) -> dict[str, Any]:
@@ -1165,7 +1177,7 @@ class FileOutputAdapter(OutputAdapter):
             self._header = _csv_header(self._path) if self._format == "csv" and length else None
         return length
 
-    def _read_sidecar(self) -> tuple[int | None, int] | None:
+    def _read_sidecar(self) -> tuple[Progress | None, int] | None:
         try:
             with open(self._sidecar, encoding="utf-8") as f:
                 text = f.read()
@@ -1174,20 +1186,27 @@ class FileOutputAdapter(OutputAdapter):
         try:
             state = json.loads(text)
             epoch, length = state["epoch"], state["bytes"]
+            # a sidecar without "items" records its epoch as delivered whole
+            items = state.get("items")
+            if epoch is not None and items is None:
+                epoch, items = epoch + 1, 0
             if not (epoch is None or isinstance(epoch, int)) or not isinstance(length, int):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
+            if epoch is not None and not isinstance(items, int):
+                raise TypeError
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise ValueError(
                 f"sidecar {self._sidecar!r} is unreadable; expected "
-                f'{{"epoch": <int or null>, "bytes": <int>}}; got {text[:_GOT_LIMIT]!r}. '
-                "Fix: delete it together with the output file to start over"
+                f'{{"epoch": <int or null>, "items": <int>, "bytes": <int>}}; got '
+                f"{text[:_GOT_LIMIT]!r}. Fix: delete it together with the output file to start over"
             ) from None
-        return epoch, length
+        return (None if epoch is None else Progress(epoch, items)), length
 
-    def _write_sidecar(self, epoch: int | None, length: int) -> None:
+    def _write_sidecar(self, done: Progress | None, length: int) -> None:
         tmp = self._sidecar + ".tmp"
+        state = {"epoch": None} if done is None else {"epoch": done.epoch, "items": done.items}
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"epoch": epoch, "bytes": length}))
+            f.write(json.dumps({**state, "bytes": length}))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._sidecar)

@@ -63,7 +63,7 @@ decimals as strings, binary as base64) and, with ``include_ctis`` (default), eac
 ``{"start": t}`` with the header ``ctistream-kind: CTI``. Records have no key. Read back with
 ``KafkaInputConfig(time_field="start", end_field="end", edge_field="edge", schema=...)`` (no
 ``end_field`` for POINT), the output is the same stream. All records go to one partition
-(``partition``, default 0), in delivery order. Delivery is idempotent per epoch, without
+(``partition``, default 0), in delivery order. Delivery is exactly-once per item, without
 transactions: see :class:`KafkaOutputAdapter`.
 
 **Broker down.** Every client operation gets ``connect_attempts`` attempts, separated by a
@@ -135,7 +135,8 @@ __all__ = [
 
 #: Header marking a record as a CTI (value ``CTI``) or an event (``INSERT``, the default).
 KIND_HEADER = "ctistream-kind"
-#: Output headers: the epoch a record belongs to, its index in the epoch's records, their count.
+#: Output headers: the epoch a record belongs to, its item's index among the epoch's items (CTIs
+#: counted, written or not), and how many items of the epoch were known when it was written.
 EPOCH_HEADER = "ctistream-epoch"
 INDEX_HEADER = "ctistream-index"
 COUNT_HEADER = "ctistream-count"
@@ -987,29 +988,28 @@ def _mark(record: Any) -> Mark | None:
 
 
 class KafkaOutputAdapter(MarkedOutputAdapter):
-    """Writes a query's committed output to one topic partition, each epoch exactly once.
+    """Writes a query's committed output to one topic partition, each item exactly once.
 
-    Runs on the driver; the engine calls :meth:`deliver` once per epoch, in order, and
-    :meth:`delivered_through` when it replays after a restart.
+    Runs on the driver; the engine calls :meth:`deliver` with each epoch's items in order and
+    :meth:`progress` before it replays epochs after a restart.
 
     Idempotence without transactions. Every record carries the headers :data:`EPOCH_HEADER`,
-    :data:`INDEX_HEADER` (its place among the epoch's records) and :data:`COUNT_HEADER` (how many
-    the epoch has). On first use the adapter reads the partition's tail back to the last record
-    with these headers: that record says which epoch was written last and whether it is complete.
-    An epoch below it is skipped; a partly written epoch is completed from the first missing index
-    (the engine's output for an epoch is deterministic; a replay with another record count is
-    refused); later epochs are written whole. Records are sent in chunks that each fit one produce
-    batch (appended all or nothing), one chunk at a time with ``acks=all`` and no client-side
-    retries, so the partition never has a gap. After a failed chunk the adapter reconnects and
-    reads the tail again before sending, so a chunk that reached the log although its
-    acknowledgement was lost is not written twice. Each :meth:`deliver` returns after its last
-    chunk is acknowledged (flushed).
+    :data:`INDEX_HEADER` (its item's place among the epoch's items, CTIs counted whether
+    ``include_ctis`` writes them or not) and :data:`COUNT_HEADER` (how many items of the epoch
+    were known when it was written). On first use the adapter reads the partition's tail back to
+    the last record with these headers: the partition holds that epoch's items up to its index,
+    which is what :meth:`progress` tells the engine, and the engine hands :meth:`deliver` only the
+    items after it (an epoch that failed part-way, or was cut by a crash, is completed after the
+    restart). Records are sent in chunks that each fit one produce batch (appended all or
+    nothing), one chunk at a time with ``acks=all`` and no client-side retries, so the partition
+    never has a gap. After a failed chunk the adapter reconnects and reads the tail again before
+    sending, so a chunk that reached the log although its acknowledgement was lost is not written
+    twice. Each :meth:`deliver` returns after its last chunk is acknowledged (flushed).
 
     Consequences: the partition should belong to this query alone (records of other writers are
     passed over, but a second query writing the same partition is indistinguishable). A new query
     over a partition that already holds epochs skips those epochs, as a restart would: to start
-    over, write to a new topic or partition. Readers see an epoch's records as they are appended;
-    one that must see whole epochs only waits for the record whose index is count - 1.
+    over, write to a new topic or partition. Readers see an epoch's records as they are appended.
 
     Transactions were considered: kafka-python's transactional producer runs against the test
     broker (Tansu), but records of aborted transactions stay visible to ``read_committed``
@@ -1037,35 +1037,36 @@ class KafkaOutputAdapter(MarkedOutputAdapter):
             raise KafkaUnavailableError(_unavailable(cfg, what, error, after)) from error
         _backoff(cfg, failures)
 
-    def _send(self, epoch: int, values: list[tuple[bytes, bool]], first: int) -> None:
+    def _send(
+        self, epoch: int, values: list[tuple[int, bytes, bool]], first: int, count: int
+    ) -> None:
         cfg = self._config
-        count = len(values)
         timeout_s = cfg.request_timeout.total_seconds()
         if self._producer is None:
             self._producer = self._new_producer()
         producer = self._producer
-        index = first
-        while index < count:
-            size, stop = 0, index
+        at = first
+        while at < len(values):
+            size, stop = 0, at
             # A chunk is one produce batch, appended all or nothing: the budget leaves room for
             # the batch's own framing.
-            while stop < count and (stop == index or size + len(values[stop][0]) < _CHUNK_BYTES):
-                size += len(values[stop][0]) + _RECORD_OVERHEAD
+            while stop < len(values) and (stop == at or size + len(values[stop][1]) < _CHUNK_BYTES):
+                size += len(values[stop][1]) + _RECORD_OVERHEAD
                 stop += 1
             futures = [
                 producer.send(
                     cfg.topic,
-                    value=values[i][0],
+                    value=value,
                     partition=cfg.partition,
-                    headers=self._headers(epoch, i, count, b"CTI" if values[i][1] else b"INSERT"),
+                    headers=self._headers(epoch, index, count, b"CTI" if is_cti else b"INSERT"),
                 )
-                for i in range(index, stop)
+                for index, value, is_cti in values[at:stop]
             ]
             producer.flush(timeout=timeout_s)
             for future in futures:
                 future.get(timeout=timeout_s)
-            self._mark = Mark(epoch, stop - 1, count)
-            index = stop
+            self._mark = Mark(epoch, values[stop - 1][0], count)
+            at = stop
 
     def _new_producer(self) -> KafkaProducer:
         cfg = self._config
@@ -1128,7 +1129,7 @@ class KafkaOutputAdapter(MarkedOutputAdapter):
 
 class KafkaOutputFactory(OutputAdapterFactory[KafkaOutputConfig]):
     """Makes :class:`KafkaOutputAdapter` instances (driver). The adapter connects on first use
-    (:meth:`KafkaOutputAdapter.delivered_through` or :meth:`KafkaOutputAdapter.deliver`)."""
+    (:meth:`KafkaOutputAdapter.progress` or :meth:`KafkaOutputAdapter.deliver`)."""
 
     supported_shapes: ClassVar[frozenset[EventShape]] = frozenset(EventShape)
 

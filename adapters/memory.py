@@ -28,6 +28,7 @@ from adapters.base import (
     ItemKind,
     OutputAdapter,
     OutputAdapterFactory,
+    Progress,
     SourceItem,
 )
 from engine.events import Event, EventKind, EventShape, cti
@@ -257,8 +258,8 @@ class MemoryOutputAdapter(OutputAdapter):
     def deliver(self, epoch: int, items: Sequence[Event]) -> None:
         MemoryOutputFactory._deliver(self._name, epoch, items)
 
-    def delivered_through(self) -> int | None:
-        return MemoryOutputFactory._delivered_through(self._name)
+    def progress(self) -> Progress | None:
+        return MemoryOutputFactory._progress(self._name)
 
 
 class MemoryOutputFactory(OutputAdapterFactory[MemoryOutputConfig]):
@@ -290,7 +291,10 @@ class MemoryOutputFactory(OutputAdapterFactory[MemoryOutputConfig]):
             cls._epochs.setdefault(name, []).append((epoch, list(items)))
 
     @classmethod
-    def _delivered_through(cls, name: str) -> int | None:
+    def _progress(cls, name: str) -> Progress | None:
         with cls._lock:
             log = cls._epochs.get(name)
-            return log[-1][0] if log else None
+            if not log:
+                return None
+            last = log[-1][0]
+            return Progress(last, sum(len(items) for n, items in log if n == last))

@@ -72,18 +72,24 @@ class Query:
         ``checkpoint``: the query's checkpoint directory. Offsets are logged before every
         epoch and the whole state is written every ``checkpoint_every`` epochs; a query started
         again on the same directory restores it and replays what came after, so its output
-        adapter receives every epoch exactly once (semantics §9).
+        adapter receives every item exactly once, also of an epoch that failed part-way
+        (semantics §9). A checkpoint of a query stopped with flush, or whose inputs all ended,
+        is refused (:class:`engine.errors.QueryStoppedError`); ``stop(flush=False)`` keeps
+        it resumable.
         ``max_offsets_per_epoch``: read at most this many offsets of each live partition per
         epoch (None: all that is there), to keep epochs small when a backlog waits.
         ``idle_timeout``: an input that generates its CTIs and has had nothing new for this
         long advances by time-driven CTIs: the wall clock minus its late-arrival tolerance
         (ordering settings) or its generation delay (semantics §7); logged for replay.
         """
-        if self._streamer is not None and not self._streamer.stopped:
-            raise RuntimeError(
-                f"query {self.name!r} is already started; expected a stopped query. Fix: call "
-                "stop() first"
-            )
+        running = self._streamer
+        if running is not None and not running.stopped:
+            if running.error is None:
+                raise RuntimeError(
+                    f"query {self.name!r} is already started; expected a stopped query. Fix: "
+                    "call stop() first"
+                )
+            self._runtime.output.close()  # it failed: it starts again on its checkpoint
         self._streamer = Streamer(
             self._runtime,
             None if checkpoint is None else str(checkpoint),

@@ -5,6 +5,7 @@ from engine.errors import (
     HeldEventsWarning,
     MalformedRecordError,
     QueryBuildError,
+    QueryStoppedError,
 )
 from engine.events import (
     EdgeType,
@@ -48,6 +49,7 @@ __all__ = [
     "MalformedRecordError",
     "OrderingAction",
     "QueryBuildError",
+    "QueryStoppedError",
     "WindowOutput",
     "cti",
     "edge_end",

@@ -11,7 +11,7 @@ Layout under the directory::
 Every file is written to a temporary name and renamed, so a crash leaves either the old or the
 new version, never half of one. A restarted query loads the newest complete ``state/<k>`` and
 replays epochs ``k+1 ..`` exactly as their offset-log entries say, so their output is the same;
-outputs skip what they already delivered (:meth:`adapters.base.OutputAdapter.delivered_through`).
+outputs skip what they already delivered (:meth:`adapters.base.OutputAdapter.progress`).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ __all__ = [
     "HeldEventsWarning",
     "MalformedRecordError",
     "QueryBuildError",
+    "QueryStoppedError",
 ]
 
 
@@ -17,6 +18,12 @@ class EngineError(Exception):
 
 class QueryBuildError(EngineError, ValueError):
     """A query cannot be built as bound: unknown stream, unsupported shape, import cycle, ..."""
+
+
+class QueryStoppedError(EngineError, RuntimeError):
+    """A query was started again on the checkpoint of a query that ended for good: it stopped
+    with flush, or every input ended (semantics §9). The message names the checkpoint and the fix.
+    """
 
 
 class MalformedRecordError(EngineError, ValueError):

@@ -27,10 +27,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from adapters.base import InputAdapter, OutputAdapter
+from adapters.base import InputAdapter, OutputAdapter, Progress
 from engine._spark import collect_driver_garbage, parse_schema
 from engine.egress import EgressState, egress_epoch
-from engine.errors import HeldEventsWarning, QueryBuildError
+from engine.errors import EngineError, HeldEventsWarning, QueryBuildError
 from engine.events import EventShape
 from engine.ingress import IngressState, InputSpec, PartitionState, _StopEpoch, ingress_epoch
 from engine.operators import LifetimeState, UnionState, alter_lifetime, select, union, where
@@ -124,6 +124,7 @@ class Runtime:
     progress: int | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        _check_progress(self.name, self.output)
         self.inputs = self._bind()
         self._order = self._import_order()
         #: operators whose output only windows read (``intervals`` for a join below a window)
@@ -420,7 +421,7 @@ class Runtime:
         if self.progress is not None:
             self.progress = len(bounds)
         self.reset_state()
-        delivered = self.output.delivered_through()
+        delivered = self.output.progress()
         try:
             for k, (lo, hi) in enumerate(bounds):
                 last = k == len(bounds) - 1
@@ -479,17 +480,19 @@ class Runtime:
         lo: int | None,
         hi: int | None,
         stopping: bool,
-        delivered: int | None,
+        delivered: Progress | None,
         as_read: Collection[int] | None = None,
         upcoming: _Upcoming | None = None,
     ) -> None:
-        """Run epoch ``k`` (items with arrival in [lo, hi)) and deliver it unless the output
-        already has it. ``raws``: per input, its raw rows (filtered to the epoch here), or the
-        read of the epoch's rows. ``as_read``: the inputs whose raw rows are as read (None:
-        all); the others had rows added. ``upcoming``: the next epoch of a bounded run, whose
-        ingress then runs while this epoch's operators do. Bad input found in it (a malformed
-        record, a CTI violation without a policy, an END edge without a START) delivers
-        everything before the first bad item and then raises."""
+        """Run epoch ``k`` (items with arrival in [lo, hi)) and deliver what the output does
+        not hold of it (``delivered``: what it holds, :meth:`OutputAdapter.progress`).
+        ``raws``: per input, its raw rows (filtered to the epoch here), or the read of the
+        epoch's rows. ``as_read``: the inputs whose raw rows are as read (None: all); the others
+        had rows added. ``upcoming``: the next epoch of a bounded run, whose ingress then runs
+        while this epoch's operators do. Bad input found in it (a malformed record, a CTI
+        violation without a policy, an END edge without a START) delivers everything before
+        the first bad item and then raises: the epoch is not done, and a restart that replays
+        it delivers the rest (semantics §9)."""
         t0 = time.perf_counter()
         stopped: _StopEpoch | None = None
         limit = None
@@ -509,8 +512,9 @@ class Runtime:
                 # Run again up to it: an input after the one that found it may hold an earlier
                 # bad item, found by this next run (each run stops strictly earlier).
                 stopped, limit = found, found.pos
-        if delivered is None or k > delivered:
-            self.output.deliver(k, items)
+        undelivered = _undelivered(self.name, k, items, delivered)
+        if undelivered is not None:
+            self.output.deliver(k, undelivered)
         if stopped is not None:
             raise stopped.error from None
         seconds = time.perf_counter() - t0
@@ -897,6 +901,47 @@ class _Ahead:
         self.thread.join()
         self.cache.release()
         release_checkpoints(self.made)
+
+
+def _undelivered(
+    query: str, k: int, items: list, delivered: Progress | None
+) -> Sequence[Any] | None:
+    """The items of epoch ``k`` that an output holding ``delivered`` lacks (semantics §9:
+    output progress is per item within an epoch), or None when it lacks none. A replayed
+    epoch computes the same items again, so the first ones are those the output holds."""
+    if delivered is None:
+        return items
+    epoch, held = delivered
+    if k > epoch:
+        return items
+    if k < epoch or held == len(items):
+        return None
+    if held > len(items):
+        raise EngineError(
+            f"query {query!r}: its output holds {held} items of epoch {k}, but epoch {k} "
+            f"computed again has {len(items)}; expected at least {held} (an epoch computed "
+            "again gives the same items up to where it failed). The input the epoch read was "
+            "changed before that point, or the output holds the items of another query or "
+            "run. Fix: restore the input as it was up to the item that failed, or give the "
+            "query a new output (and a new checkpoint directory)"
+        )
+    return items[held:]
+
+
+def _check_progress(name: str, output: OutputAdapter) -> None:
+    """An output adapter written for the per-epoch contract (``delivered_through``) would
+    receive every replayed epoch again: fail when the query is built, with the fix."""
+    kind = type(output)
+    if not hasattr(kind, "delivered_through") or kind.progress is not OutputAdapter.progress:
+        return
+    raise QueryBuildError(
+        f"query {name!r}: {kind.__name__} defines delivered_through(), which the engine no "
+        "longer calls; expected progress() -> adapters.base.Progress(epoch, items) or None, "
+        "the epoch and how many of its items the output holds (output progress is tracked per "
+        "item: an epoch that failed part-way is completed after a restart). Fix: rename it to "
+        "progress() and return Progress(epoch + 1, 0) for an epoch delivered whole, or count "
+        "the items deliver() received for the last epoch and return Progress(epoch, count)"
+    )
 
 
 def _check_read_batches(name: str, adapter: InputAdapter) -> None:

@@ -13,8 +13,11 @@ written to the offset log; after its output is delivered, to the commit log; eve
 ``checkpoint_every`` epochs the whole state (ingress, operators, egress, offsets) is written too
 (:mod:`engine.checkpoint`). A restarted query loads the newest state and replays the logged
 epochs after it with the same ranges and floors, so it computes the same output again; the
-output adapter skips the epochs it already delivered. Nothing read after the last logged epoch
-was delivered, so the query then simply goes on.
+output adapter receives only the items it does not hold (:meth:`adapters.base.OutputAdapter
+.progress`), also of an epoch that failed part-way. Nothing read after the last logged epoch
+was delivered, so the query then simply goes on, unless it had ended for good (a stop with
+flush, or every input at CTI +inf): then the start raises
+:class:`engine.errors.QueryStoppedError` (semantics §9).
 """
 
 from __future__ import annotations
@@ -28,10 +31,10 @@ from pyspark.sql import functions as F
 
 from engine._spark import settle_driver
 from engine.checkpoint import CheckpointDir
-from engine.errors import QueryBuildError
+from engine.errors import QueryBuildError, QueryStoppedError
 from engine.plan import walk
 from engine.rows import POS, release
-from engine.temporal import MIN_TIME
+from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["Streamer"]
 
@@ -138,8 +141,35 @@ class Streamer:
             log.info("query %s: replaying epochs %s..%s", rt.name, replay[0], replay[-1])
         for k in replay:
             self._execute(k, logged[k])
-            if logged[k].get("stop"):
-                self.stopped = True
+        self._refuse_ended(logged)
+
+    def _refuse_ended(self, logged: dict[int, Any]) -> None:
+        """Raise when the restored query ended for good (semantics §9, "a stop is recorded"):
+        its last logged epoch is a stop with flush (replayed above if it had not completed), or
+        every input is at CTI +inf. An input that ended on its own stays ended either way."""
+        rt, where = self.rt, str(self.dir.path) if self.dir is not None else None
+        last = max(logged, default=None)
+        fix = (
+            "Fix: start the query with a new checkpoint directory (it reads its inputs again "
+            "from their start)"
+        )
+        if last is not None and logged[last].get("stop"):
+            why = (
+                f"records a stop with flush (epoch {last}): the inputs that flush on stop are at "
+                "CTI +inf, so every event read from now on would be dropped as a CTI violation; "
+                "expected the checkpoint of a query that was not stopped, or stopped with "
+                "stop(flush=False)"
+            )
+            fix += ", or stop it with stop(flush=False) to resume it later"
+        elif rt.inputs and all(st.emitted >= MAX_TIME for st in rt._ingress.values()):
+            why = (
+                "records that every input ended (all at CTI +inf): nothing read from now on "
+                "could change the output; expected a checkpoint with an input below +inf"
+            )
+        else:
+            return
+        rt.output.close()
+        raise QueryStoppedError(f"query {rt.name!r}: its checkpoint {where!r} {why}. {fix}")
 
     # -- epochs --------------------------------------------------------------------------------
     def _plan(self, stopping: bool) -> dict[str, Any]:
@@ -214,7 +244,7 @@ class Streamer:
             )
         try:
             cut = _cut(raws, ranges)
-            delivered = rt.output.delivered_through()
+            delivered = rt.output.progress()
             as_read = [i for i in raws if str(i) not in plan.get("ctis", {})]
             rt.run_epoch(k, raws, None, cut, plan["stop"], delivered, as_read)
             resume: dict[int, dict[int, int]] = {}
@@ -244,15 +274,26 @@ class Streamer:
         """Plan, log and run the next epoch."""
         if self.stopped:
             raise RuntimeError(
-                f"query {self.rt.name!r} has stopped (its checkpoint says so); expected a "
-                "running query. Fix: start it with a new checkpoint directory"
+                f"query {self.rt.name!r} has stopped; expected a running query. Fix: start it again"
             )
+        if self.error is not None:
+            raise RuntimeError(
+                f"query {self.rt.name!r} failed in epoch {self.epoch}: {self.error}; expected a "
+                "running query. Fix: remove the cause and start the query again on its "
+                "checkpoint: the epoch is replayed and what it did not deliver is delivered"
+            ) from self.error
         k = self.epoch
         plan = self._plan(stopping)
         if self.dir is not None:
             self.dir.write_offsets(k, plan)
         t0 = time.perf_counter()
-        self._execute(k, plan)
+        try:
+            self._execute(k, plan)
+        except BaseException as e:
+            # the runtime's state is past the checkpoint's (up to the bad item): no epoch may
+            # run from it, not even stop()'s
+            self.error = e
+            raise
         seconds = time.perf_counter() - t0
         fields = {"query": self.rt.name, "epoch": k, "step_seconds": round(seconds, 3)}
         log.info(
@@ -267,9 +308,6 @@ class Streamer:
 
     # -- the loop ------------------------------------------------------------------------------
     def start(self, trigger: float) -> None:
-        if self.stopped:  # restored from the checkpoint of a query that had stopped
-            return
-
         def loop() -> None:
             try:
                 while not self._halt.is_set():

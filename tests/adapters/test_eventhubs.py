@@ -21,7 +21,7 @@ import pytest
 from azure.eventhub import EventHubConsumerClient
 from pydantic import ValidationError
 
-from adapters.base import ItemKind, SourceItem
+from adapters.base import ItemKind, Progress, SourceItem
 from adapters.eventhubs import (
     COUNT_PROPERTY,
     EPOCH_PROPERTY,
@@ -332,7 +332,7 @@ EPOCH1 = [point(at(2), {"id": 2, "v": 2.0}), point(at(2), {"id": 3, "v": 3.0}), 
 def test_output_events_read_back_as_the_same_stream_with_epoch_properties(hubs):
     hub = new_hub(hubs, 2)
     out = output(hubs, hub, partition_id="1")
-    assert out.delivered_through() is None
+    assert out.progress() is None
     out.deliver(0, EPOCH0)
     out.deliver(1, [])
     out.deliver(2, EPOCH1)
@@ -370,13 +370,18 @@ def test_edges_round_trip_and_ctis_can_be_left_out(hubs):
     hub = new_hub(hubs)
     output(hubs, hub, EventShape.EDGE, include_ctis=False).deliver(0, edges[:3])
     assert read_back(hubs, hub, EventShape.EDGE) == [edges[0], edges[2]]
+    # the CTI left out still counts among the epoch's items: the END edge is item 2 of 3
+    assert [(p[INDEX_PROPERTY], p[COUNT_PROPERTY]) for p in properties(hubs, hub)] == [
+        (0, 3),
+        (2, 3),
+    ]
+    assert output(hubs, hub).progress() == Progress(0, 3)
 
 
-def test_a_replayed_epoch_is_not_sent_twice_and_a_partial_one_is_completed(hubs):
+def test_a_partly_sent_epoch_is_completed_with_the_items_after_it(hubs):
     hub = new_hub(hubs)
     first = output(hubs, hub)
     first.deliver(0, EPOCH0)
-    first.deliver(0, EPOCH0)  # the same adapter, the same epoch again
     first.close()
     # A crash after the first event of epoch 1 (of 3), then an event of another writer.
     body = {"start": iso(2), "end": iso(2.000001), "edge": None, "id": 2, "v": 2.0}
@@ -384,15 +389,15 @@ def test_a_replayed_epoch_is_not_sent_twice_and_a_partial_one_is_completed(hubs)
     hubs.append(hub, 0, body, marks)
     hubs.append(hub, 0, {"note": "not ours"})
     again = output(hubs, hub)  # a restarted query learns from the partition's tail
-    assert again.delivered_through() == 0
-    with pytest.raises(EventHubsAdapterError, match=r"partly sent .* with 3 events"):
-        again.deliver(1, EPOCH1[:2])  # a replay must give the same output
-    again.deliver(0, EPOCH0)
-    again.deliver(1, EPOCH1)
+    assert again.progress() == Progress(1, 1)
+    again.deliver(1, EPOCH1[1:])  # and the engine hands over the rest of epoch 1
     again.close()
     ours = [(p[EPOCH_PROPERTY], p[INDEX_PROPERTY]) for p in properties(hubs, hub) if p]
     assert ours == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
-    assert output(hubs, hub).delivered_through() == 1
+    last = output(hubs, hub)
+    assert last.progress() == Progress(1, 3)
+    with pytest.raises(EventHubsAdapterError, match=r"holds epoch 1 already, but epoch 0 is"):
+        last.deliver(0, EPOCH0)  # another query sending to the same partition
 
 
 def test_an_output_partition_that_does_not_exist_is_named(hubs):
@@ -419,7 +424,7 @@ def test_no_endpoint_fails_after_the_configured_retries():
         EventHubOutputConfig(connection_string=conn, **QUICK), EventShape.POINT
     )
     with pytest.raises(EventHubsUnavailableError, match=expected.format("Nothing was sent")):
-        out.delivered_through()
+        out.progress()
 
 
 def test_an_endpoint_that_stops_mid_read_fails_it_with_a_clear_error():
@@ -505,8 +510,12 @@ def test_three_partitions_give_what_the_memory_adapters_give_and_round_trip(app,
     ids = [e.payload["id"] for e in got if not e.is_cti]
     assert sorted(ids) == sorted(set(range(1, 13)) - DROPPED)
     assert got[0] == cti(at(1)) and got[-1] == cti(MAX_TIME)
-    # A restarted query's output adapter learns from the hub that both epochs are there.
-    assert EventHubOutputFactory().create(sink_config, EventShape.POINT).delivered_through() == 1
+    # A restarted query's output adapter learns from the hub that both epochs are there: the
+    # last event is the last item of epoch 1.
+    last = properties(hubs, sink)[-1]
+    assert last[EPOCH_PROPERTY] == 1 and last[INDEX_PROPERTY] + 1 == last[COUNT_PROPERTY]
+    restarted = EventHubOutputFactory().create(sink_config, EventShape.POINT)
+    assert restarted.progress() == Progress(1, last[COUNT_PROPERTY])
 
 
 def test_a_malformed_event_stops_a_query_after_everything_before_it_was_delivered(app, hubs):

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from adapters.base import ItemKind, SourceItem
+from adapters.base import ItemKind, Progress, SourceItem
 from adapters.files import (
     FileInputAdapter,
     FileInputConfig,
@@ -625,7 +625,7 @@ OUTPUT_ITEMS = [
 def test_jsonl_output_writes_one_row_per_item(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     sink = FileOutputFactory().create(FileOutputConfig(path=str(out)), EventShape.INTERVAL)
-    assert sink.delivered_through() is None
+    assert sink.progress() is None
     sink.deliver(0, OUTPUT_ITEMS)
     sink.deliver(1, [edge_start(5, {"id": 3, "v": 1.0}), edge_end(5, 7, {"id": 3, "v": 1.0})])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -669,7 +669,7 @@ def test_jsonl_output_writes_one_row_per_item(tmp_path: Path) -> None:
             "v": 1.0,
         },
     ]
-    assert sink.delivered_through() == 1
+    assert sink.progress() == Progress(1, 2)
 
 
 def test_output_reads_back_as_input(tmp_path: Path) -> None:
@@ -720,22 +720,38 @@ def test_csv_output_has_a_header_and_spark_style_values(tmp_path: Path) -> None:
     )
 
 
-def test_deliver_of_an_epoch_already_delivered_is_skipped(tmp_path: Path) -> None:
+def test_the_sidecar_counts_the_items_of_the_last_epoch_so_a_partial_one_is_completed(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "out.jsonl"
     cfg = FileOutputConfig(path=str(out))
+    whole = tmp_path / "whole.jsonl"
+    FileOutputFactory().create(FileOutputConfig(path=str(whole)), EventShape.INTERVAL).deliver(
+        0, OUTPUT_ITEMS
+    )
     sink = FileOutputFactory().create(cfg, EventShape.INTERVAL)
-    sink.deliver(0, OUTPUT_ITEMS)
-    once = out.read_bytes()
-    sink.deliver(0, OUTPUT_ITEMS)
-    assert out.read_bytes() == once
-    # After a restart the sidecar still says epoch 0 was delivered.
+    sink.deliver(0, OUTPUT_ITEMS[:1])  # epoch 0 failed after its first item
+    assert sink.progress() == Progress(0, 1)
+    # After a restart the sidecar still says so; the engine hands over the rest of epoch 0.
     restarted = FileOutputFactory().create(cfg, EventShape.INTERVAL)
-    assert restarted.delivered_through() == 0
-    restarted.deliver(0, OUTPUT_ITEMS)
-    assert out.read_bytes() == once
+    assert restarted.progress() == Progress(0, 1)
+    restarted.deliver(0, OUTPUT_ITEMS[1:])
+    assert restarted.progress() == Progress(0, 3)
+    assert out.read_bytes() == whole.read_bytes()
     restarted.deliver(1, [])
-    assert restarted.delivered_through() == 1
-    assert json.loads(Path(str(out) + ".epoch").read_text()) == {"epoch": 1, "bytes": len(once)}
+    assert restarted.progress() == Progress(1, 0)
+    sidecar = Path(str(out) + ".epoch")
+    assert json.loads(sidecar.read_text()) == {
+        "epoch": 1,
+        "items": 0,
+        "bytes": len(whole.read_bytes()),
+    }
+    with pytest.raises(ValueError, match=r"holds epoch 1 .* but epoch 0 is delivered.*own output"):
+        restarted.deliver(0, OUTPUT_ITEMS)
+    assert out.read_bytes() == whole.read_bytes()
+    # a sidecar without an item count records its epoch as delivered whole
+    sidecar.write_text(json.dumps({"epoch": 4, "bytes": len(whole.read_bytes())}))
+    assert FileOutputFactory().create(cfg, EventShape.INTERVAL).progress() == Progress(5, 0)
 
 
 def test_a_torn_tail_is_truncated_when_the_adapter_is_created(tmp_path: Path) -> None:
@@ -749,7 +765,7 @@ def test_a_torn_tail_is_truncated_when_the_adapter_is_created(tmp_path: Path) ->
         f.write(b'{"kind": "INSERT", "start": "2024-01-01T00:0')
     restarted = FileOutputFactory().create(cfg, EventShape.INTERVAL)
     assert out.read_bytes() == epoch0
-    assert restarted.delivered_through() == 0
+    assert restarted.progress() == Progress(0, 1)
     restarted.deliver(1, OUTPUT_ITEMS[1:])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["kind"], r["start"]) for r in rows] == [
@@ -786,7 +802,7 @@ def test_a_payload_column_named_like_an_output_column_is_refused(tmp_path: Path)
     )
     with pytest.raises(ValueError, match=r"payload column 'start'.*clashes"):
         sink.deliver(0, [point(1, {"start": 1})])
-    assert sink.delivered_through() is None
+    assert sink.progress() is None
 
 
 def test_size_hint_bounds_the_items_from_footers_and_file_sizes(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from pydantic import ValidationError
 
-from adapters.base import ItemKind, SourceItem
+from adapters.base import ItemKind, Progress, SourceItem
 from adapters.kafka import (
     COUNT_HEADER,
     EPOCH_HEADER,
@@ -415,7 +415,7 @@ def test_output_records_read_back_as_the_same_stream_with_epoch_headers(broker):
     b = broker.bootstrap
     topic = broker.create_topic()
     out = output(b, topic)
-    assert out.delivered_through() is None
+    assert out.progress() is None
     out.deliver(0, EPOCH0)
     out.deliver(1, [])
     out.deliver(2, EPOCH1)
@@ -456,26 +456,46 @@ def test_edges_and_intervals_round_trip_and_ctis_can_be_left_out(broker):
     spans = [interval(at(1), at(3), {"id": 1, "v": 1.0}), cti(at(2))]
     topic = broker.create_topic()
     out = output(b, topic, EventShape.INTERVAL, include_ctis=False)
-    out.deliver(0, spans)
+    out.deliver(0, [cti(at(0)), *spans])
     assert read_back(b, topic, EventShape.INTERVAL) == spans[:1]
+    # a CTI left out still counts among the epoch's items: the interval is item 1 of 3
+    record = raw_records(b, topic)[0]
+    assert (header(record, INDEX_HEADER), header(record, COUNT_HEADER)) == (b"1", b"3")
+    assert output(b, topic).progress() == Progress(0, 2)
 
 
-def test_a_replayed_epoch_is_not_written_twice(broker):
+def test_an_epoch_that_failed_part_way_is_completed_with_the_items_after_it(broker):
     b = broker.bootstrap
     topic = broker.create_topic()
     first = output(b, topic)
     first.deliver(0, EPOCH0)
-    first.deliver(1, EPOCH1)
-    first.deliver(1, EPOCH1)  # the same adapter, the same epoch again
+    first.deliver(1, EPOCH1[:1])  # epoch 1 failed after its first item
     first.close()
-    # A fresh adapter (a restarted query) learns from the topic's tail what is there.
+    # A fresh adapter (a restarted query) learns from the topic's tail what is there, and the
+    # engine hands it the rest of epoch 1.
     again = output(b, topic)
-    assert again.delivered_through() == 1
-    again.deliver(0, EPOCH0)
-    again.deliver(1, EPOCH1)
+    assert again.progress() == Progress(1, 1)
+    again.deliver(1, EPOCH1[1:])
     again.deliver(2, EPOCH2)
     again.close()
     assert read_back(b, topic) == EPOCH0 + EPOCH1 + EPOCH2
+    marks = [
+        (header(r, EPOCH_HEADER), header(r, INDEX_HEADER), header(r, COUNT_HEADER))
+        for r in raw_records(b, topic)
+    ]
+    assert marks == [
+        (b"0", b"0", b"2"),
+        (b"0", b"1", b"2"),
+        (b"1", b"0", b"1"),  # written when epoch 1 had one item
+        (b"1", b"1", b"3"),
+        (b"1", b"2", b"3"),
+        (b"2", b"0", b"2"),
+        (b"2", b"1", b"2"),
+    ]
+    last = output(b, topic)
+    assert last.progress() == Progress(2, 2)
+    with pytest.raises(KafkaAdapterError, match=r"holds epoch 2 already, but epoch 1 is being"):
+        last.deliver(1, EPOCH1)  # another query writing the same partition
 
 
 def test_a_partly_written_epoch_is_completed_from_its_first_missing_record(broker):
@@ -501,10 +521,8 @@ def test_a_partly_written_epoch_is_completed_from_its_first_missing_record(broke
     torn.send(topic, value=b'{"note": "not ours"}', partition=0).get(timeout=10)
     torn.close()
     again = output(b, topic)
-    assert again.delivered_through() == 0
-    with pytest.raises(KafkaAdapterError, match=r"partly written .* with 3 records"):
-        again.deliver(1, EPOCH1[:2])  # a replay must give the same output
-    again.deliver(1, EPOCH1)
+    assert again.progress() == Progress(1, 1)
+    again.deliver(1, EPOCH1[1:])
     again.close()
     records = raw_records(b, topic)
     ours = [r for r in records if header(r, EPOCH_HEADER) is not None]
@@ -515,7 +533,7 @@ def test_a_partly_written_epoch_is_completed_from_its_first_missing_record(broke
         (b"1", b"1"),
         (b"1", b"2"),
     ]
-    assert output(b, topic).delivered_through() == 1
+    assert output(b, topic).progress() == Progress(1, 3)
 
 
 def test_an_output_partition_that_does_not_exist_is_named(broker):
@@ -711,7 +729,7 @@ def test_three_partitions_out_of_order_give_what_the_memory_adapters_give(app, b
     assert got[-1] == cti(MAX_TIME)
     # A restarted query (a fresh output adapter over the same topic) writes nothing twice.
     written = len(raw_records(b, sink))
-    # (The engine skips the epochs up to delivered_through(), here 1: the one epoch of this run.)
+    # (The engine skips what progress() reports: epoch 1 of the run before, all of it.)
     kafka_query(f"kafka-again-{tag}").run(epochs=1)
     assert len(raw_records(b, sink)) == written
     assert read_back(b, sink) == expected

@@ -3,12 +3,17 @@
 ``python -m tests.engine.crash_child '<json>'`` starts two queries over one Kafka topic (one
 writing to a Kafka topic, one to a JSON-lines file), each with its own checkpoint directory,
 waits until both have read ``total`` events, stops them and prints ``DONE``. The parent kills
-it with SIGKILL at random moments and starts it again.
+it with SIGKILL at random moments and starts it again. With ``kill_in_stop`` the child kills
+itself in the middle of the first stop epoch it delivers (half of its items out). A query whose
+checkpoint records its stop refuses to start (semantics §9): the child prints ``STOPPED
+<query>`` and goes on with the other.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -25,6 +30,7 @@ from adapters.kafka import (
 from adapters.memory import EventScript, MemoryInputConfig, MemoryInputFactory
 from bindings import Stream
 from engine import (
+    MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
@@ -32,6 +38,7 @@ from engine import (
     EventShape,
     interval,
 )
+from engine.errors import QueryStoppedError
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KEYS = 4
@@ -91,22 +98,48 @@ def file_query(app, name: str, bootstrap: str, topic: str, path: str):
     )
 
 
+def _kill_in_stop() -> None:
+    """The first delivery of a stop epoch (it holds the flush's CTI at +inf) delivers half of
+    its items, then kills this process and its Spark JVM (their process group)."""
+    from adapters._marked import MarkedOutputAdapter
+    from adapters.files import FileOutputAdapter
+
+    for kind in (MarkedOutputAdapter, FileOutputAdapter):
+
+        def deliver(self, epoch, items, deliver=kind.deliver):
+            if any(e.is_cti and e.start == MAX_TIME for e in items):
+                deliver(self, epoch, items[: len(items) // 2])
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+            deliver(self, epoch, items)
+
+        kind.deliver = deliver
+
+
 def main(args: dict) -> None:
     from bindings import Application
 
+    if args.get("kill_in_stop"):
+        _kill_in_stop()
     app = Application("crash-child", master="local[2]")
     b, topic = args["bootstrap"], args["topic"]
     queries = [
         (kafka_query(app, "to-kafka", b, topic, args["sink"]), args["ckpt_kafka"]),
         (file_query(app, "to-file", b, topic, args["file"]), args["ckpt_file"]),
     ]
+    running = []
     for q, ckpt in queries:
-        q.start(
-            timedelta(milliseconds=200),
-            checkpoint=ckpt,
-            checkpoint_every=2,
-            max_offsets_per_epoch=args["per_epoch"],
-        )
+        try:
+            q.start(
+                timedelta(milliseconds=200),
+                checkpoint=ckpt,
+                checkpoint_every=2,
+                max_offsets_per_epoch=args["per_epoch"],
+            )
+        except QueryStoppedError:  # killed during or after its stop: the start completed it
+            print(f"STOPPED {q.name}", flush=True)
+            continue
+        running.append((q, ckpt))
+    queries = running
     while True:
         for q, _ in queries:
             if q.exception() is not None:

@@ -1,0 +1,395 @@
+"""A query started again on its checkpoint (semantics §9): a failed epoch is not a delivered
+epoch, and a stop is recorded.
+
+A failed epoch delivers what came before its first bad item and raises; the user fixes the cause
+(rewrites the file, sets a dead letter aside for a malformed record) and starts the query again on
+the same checkpoint: the epoch is replayed and the output ends up holding exactly what a clean run
+writes, every item once. Each case is checked against a clean run over the fixed input and, item
+by item, against the output worked out by hand.
+
+A stop with flush ends the query for good: starting it again on its checkpoint raises the error
+pinned below; ``stop(flush=False)`` leaves it resumable, and a bounded input that ended before
+the stop stays ended. (A kill during the stop epoch: tests/engine/test_crash.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from adapters.base import OutputAdapter, OutputAdapterFactory, Progress
+from adapters.eventhubs import EventHubInputFactory, EventHubOutputConfig, EventHubOutputFactory
+from adapters.files import FileInputConfig, FileInputFactory, FileOutputConfig, FileOutputFactory
+from adapters.kafka import KafkaInputFactory, KafkaOutputConfig, KafkaOutputFactory
+from bindings import Stream
+from engine import (
+    MAX_TIME,
+    AdapterAdvanceTimeSettings,
+    AdvanceTimeGenerationSettings,
+    AdvanceTimePolicy,
+    CtiViolationError,
+    EventShape,
+    MalformedRecordError,
+    cti,
+    point,
+)
+from engine.errors import EngineError, QueryBuildError, QueryStoppedError
+from engine.runtime import _undelivered
+from tests.adapters import test_eventhubs as eh
+from tests.adapters import test_kafka as kf
+from tests.adapters.test_files_query import iso, read_output, write_jsonl
+from tests.brokers.eventhubs import (  # noqa: F401 - session fixtures
+    eventhubs_connection_string,
+    eventhubs_endpoint,
+)
+
+#: a CTI at every event's start, later events dropped, +inf on stop
+EVERY_EVENT = AdapterAdvanceTimeSettings(
+    AdvanceTimeGenerationSettings(1, timedelta(0), True), AdvanceTimePolicy.DROP
+)
+
+
+def _tag() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+def _file_query(app, name, path, out, **config):
+    stream = Stream.create(
+        name,
+        FileInputFactory(),
+        FileInputConfig(path=str(path), time_column="ts", schema="v double", **config),
+        EventShape.POINT,
+    )
+    return stream.to_query(
+        app,
+        f"{name}-{_tag()}",
+        FileOutputFactory(),
+        FileOutputConfig(path=str(out)),
+        EventShape.POINT,
+    )
+
+
+# -- a failed epoch is not a delivered epoch -----------------------------------------------------
+
+
+def test_an_output_gets_the_items_of_an_epoch_past_those_it_holds():
+    items = [cti(1), cti(2)]
+    assert _undelivered("q", 3, items, None) == items  # it holds nothing
+    assert _undelivered("q", 3, items, Progress(2, 7)) == items  # up to 7 items of epoch 2
+    assert _undelivered("q", 3, items, Progress(3, 1)) == items[1:]  # epoch 3 failed after 1
+    assert _undelivered("q", 3, items, Progress(3, 2)) is None  # all of epoch 3
+    assert _undelivered("q", 3, items, Progress(4, 0)) is None  # epochs up to 3
+    with pytest.raises(EngineError) as error:
+        _undelivered("q", 3, items, Progress(3, 5))
+    assert str(error.value) == (
+        "query 'q': its output holds 5 items of epoch 3, but epoch 3 computed again has 2; "
+        "expected at least 5 (an epoch computed again gives the same items up to where it "
+        "failed). The input the epoch read was changed before that point, or the output holds "
+        "the items of another query or run. Fix: restore the input as it was up to the item "
+        "that failed, or give the query a new output (and a new checkpoint directory)"
+    )
+
+
+class _PerEpoch(OutputAdapter):
+    """An output adapter written for the per-epoch contract."""
+
+    def deliver(self, epoch, items):
+        pass
+
+    def delivered_through(self):
+        return None
+
+
+class _PerEpochFactory(OutputAdapterFactory):
+    def create(self, config, shape):
+        return _PerEpoch()
+
+
+def test_an_output_adapter_of_the_per_epoch_contract_is_refused_when_the_query_is_built(
+    app, tmp_path
+):
+    write_jsonl(tmp_path / "in.jsonl", [{"ts": iso(1), "v": 1}])
+    stream = Stream.create(
+        "old",
+        FileInputFactory(),
+        FileInputConfig(path=str(tmp_path / "in.jsonl"), time_column="ts", schema="v double"),
+        EventShape.POINT,
+    )
+    with pytest.raises(QueryBuildError, match=r"_PerEpoch defines delivered_through\(\).*Fix"):
+        stream.to_query(app, f"old-{_tag()}", _PerEpochFactory(), None, EventShape.POINT)
+
+
+def test_a_file_fixed_after_a_cti_violation_is_delivered_whole_once(app, tmp_path):
+    # Explicit CTIs only, no policy. The point at 2.5 s breaks the CTI at 5 s: the epoch stops
+    # there, after delivering what the CTIs at 3 s and 5 s committed (points 1, 2 | 4).
+    def rows(bad: float) -> list:
+        return [
+            {"ts": iso(1), "v": 1},
+            {"ts": iso(2), "v": 2},
+            {"ts": iso(3), "c": True},
+            {"ts": iso(4), "v": 4},
+            {"ts": iso(5), "c": True},
+            {"ts": iso(bad), "v": bad},
+            {"ts": iso(6), "v": 6},
+            {"ts": iso(7), "c": True},
+        ]
+
+    source, out, ckpt = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "ckpt"
+    write_jsonl(source, rows(2.5))
+    failed = _file_query(app, "fixed", source, out, cti_column="c")
+    failed.start(trigger=None, checkpoint=ckpt)
+    with pytest.raises(CtiViolationError, match=r"in\.jsonl.*offset 5"):
+        failed.step()
+    ins = lambda s: ("INSERT", iso(s), {"v": s})  # noqa: E731
+    ct = lambda s: ("CTI", iso(s), {})  # noqa: E731
+    before = [ins(1), ins(2), ct(3), ins(4), ct(5)]
+    assert read_output(out) == before
+
+    # The user moves the point to 5.5 s and starts the query again on the same checkpoint: the
+    # epoch is replayed and the CTI at 7 s commits 5.5 and 6, delivered after what is there.
+    write_jsonl(source, rows(5.5))
+    again = _file_query(app, "fixed", source, out, cti_column="c")
+    again.start(trigger=None, checkpoint=ckpt)
+    again.step()
+    again.stop(flush=False)
+    assert read_output(out) == [*before, ins(5.5), ins(6), ct(7)]
+
+    clean_out = tmp_path / "clean.jsonl"
+    clean = _file_query(app, "fixed", source, clean_out, cti_column="c")
+    clean.start(trigger=None, checkpoint=tmp_path / "clean-ckpt")
+    clean.step()
+    clean.stop(flush=False)
+    assert out.read_text() == clean_out.read_text()
+
+
+def _kafka_query(app, b, source, sink, **config):
+    stream = Stream.create(
+        "live",
+        KafkaInputFactory(),
+        kf.input_config(b, source, time_field="ts", advance_time=EVERY_EVENT, **config),
+        EventShape.POINT,
+    )
+    return stream.to_query(
+        app,
+        f"live-{_tag()}",
+        KafkaOutputFactory(),
+        KafkaOutputConfig(bootstrap_servers=b, topic=sink),
+        EventShape.POINT,
+    )
+
+
+#: the records of the malformed-record cases: points at 1, 2, 4 and 5 s, a broken one third
+BODIES = [
+    {"ts": iso(1), "id": 1, "v": 1.0},
+    {"ts": iso(2), "id": 2, "v": 2.0},
+    b'{"ts": broken',
+    {"ts": iso(4), "id": 4, "v": 4.0},
+    {"ts": iso(5), "id": 5, "v": 5.0},
+]
+
+
+def _expected(at) -> tuple[list, list]:
+    """What a failed epoch delivers, and the whole output once the malformed record is set
+    aside. A CTI at every event's start commits the events before it; the stop flushes."""
+    p = lambda s: point(at(s), {"id": s, "v": float(s)})  # noqa: E731
+    before = [cti(at(1)), p(1), cti(at(2))]
+    return before, [*before, p(2), cti(at(4)), p(4), cti(at(5)), p(5), cti(MAX_TIME)]
+
+
+def test_a_kafka_epoch_stopped_by_a_malformed_record_is_completed_once_after_the_fix(
+    app, kafka_broker, tmp_path
+):
+    b = kafka_broker.bootstrap
+    source, sink, dead = (kafka_broker.create_topic() for _ in range(3))
+    kf.produce(b, source, [(0, v, kf.ARRIVAL_MS + n, None) for n, v in enumerate(BODIES)])
+    before, whole = _expected(kf.at)
+    ckpt = tmp_path / "ckpt"
+
+    failed = _kafka_query(app, b, source, sink)
+    failed.start(trigger=None, checkpoint=ckpt)
+    with pytest.raises(MalformedRecordError, match=rf"topic '{source}', partition 0, offset 2"):
+        failed.step()
+    assert kf.read_back(b, sink) == before
+
+    # the fix: a dead-letter topic takes the malformed record; the same checkpoint
+    again = _kafka_query(app, b, source, sink, dead_letter_topic=dead)
+    again.start(trigger=None, checkpoint=ckpt)
+    again.stop()
+    assert kf.read_back(b, sink) == whole
+    # the output's records are numbered by the item's place in its epoch, each once
+    marks = [
+        (kf.header(r, kf.EPOCH_HEADER), kf.header(r, kf.INDEX_HEADER))
+        for r in (kf.raw_records(b, sink))
+    ]
+    assert len(set(marks)) == len(marks) == len(whole)
+
+    clean_sink = kafka_broker.create_topic()
+    clean = _kafka_query(app, b, source, clean_sink, dead_letter_topic=kafka_broker.create_topic())
+    clean.start(trigger=None, checkpoint=tmp_path / "clean-ckpt")
+    clean.step()
+    clean.stop()
+    assert kf.read_back(b, clean_sink) == whole
+
+
+def _hub_query(app, hubs, source, sink, **config):
+    stream = Stream.create(
+        "live",
+        EventHubInputFactory(),
+        eh.input_config(hubs, source, time_field="ts", advance_time=EVERY_EVENT, **config),
+        EventShape.POINT,
+    )
+    return stream.to_query(
+        app,
+        f"hub-{_tag()}",
+        EventHubOutputFactory(),
+        EventHubOutputConfig(connection_string=hubs.connection_string(sink)),
+        EventShape.POINT,
+    )
+
+
+def test_an_event_hubs_epoch_stopped_by_a_malformed_event_is_completed_once_after_the_fix(
+    app,
+    eventhubs_endpoint,  # noqa: F811
+    tmp_path,
+):
+    hubs = eventhubs_endpoint
+    source, sink, dead = eh.new_hub(hubs), eh.new_hub(hubs), eh.new_hub(hubs)
+    for n, body in enumerate(BODIES):
+        hubs.append(source, 0, body, enqueued_time=eh.ENQUEUED_MS + n)
+    before, whole = _expected(eh.at)
+
+    failed = _hub_query(app, hubs, source, sink)
+    failed.start(trigger=None, checkpoint=tmp_path / "ckpt")
+    with pytest.raises(MalformedRecordError, match=rf"hub '{source}', partition '0', sequence"):
+        failed.step()
+    assert eh.read_back(hubs, sink) == before
+
+    again = _hub_query(app, hubs, source, sink, dead_letter_eventhub=dead)
+    again.start(trigger=None, checkpoint=tmp_path / "ckpt")
+    again.stop()
+    assert eh.read_back(hubs, sink) == whole
+    marks = [(p[eh.EPOCH_PROPERTY], p[eh.INDEX_PROPERTY]) for p in eh.properties(hubs, sink)]
+    assert len(set(marks)) == len(marks) == len(whole)
+
+
+# -- a stop is recorded --------------------------------------------------------------------------
+
+
+def test_a_query_stopped_with_flush_refuses_to_start_again_on_its_checkpoint(
+    app, kafka_broker, tmp_path
+):
+    b = kafka_broker.bootstrap
+    source, sink = kafka_broker.create_topic(), kafka_broker.create_topic()
+    kf.produce(b, source, [(0, BODIES[n], kf.ARRIVAL_MS + n, None) for n in (0, 1)])
+    ckpt = tmp_path / "ckpt"
+    query = _kafka_query(app, b, source, sink)
+    query.start(trigger=None, checkpoint=ckpt)
+    query.step()
+    query.stop()  # the input flushes: its CTI is +inf
+    p = lambda s: point(kf.at(s), {"id": s, "v": float(s)})  # noqa: E731
+    stopped = [cti(kf.at(1)), p(1), cti(kf.at(2)), p(2), cti(MAX_TIME)]
+    assert kf.read_back(b, sink) == stopped
+
+    # an event arriving later would break the CTI at +inf: the restart is refused, with the fix
+    kf.produce(b, source, [(0, BODIES[3], kf.ARRIVAL_MS + 3, None)])
+    again = _kafka_query(app, b, source, sink)
+    with pytest.raises(QueryStoppedError) as error:
+        again.start(trigger=None, checkpoint=ckpt)
+    assert str(error.value) == (
+        f"query {again.name!r}: its checkpoint {str(ckpt)!r} records a stop with flush (epoch "
+        "1): the inputs that flush on stop are at CTI +inf, so every event read from now on "
+        "would be dropped as a CTI violation; expected the checkpoint of a query that was not "
+        "stopped, or stopped with stop(flush=False). Fix: start the query with a new checkpoint "
+        "directory (it reads its inputs again from their start), or stop it with "
+        "stop(flush=False) to resume it later"
+    )
+    assert kf.read_back(b, sink) == stopped
+
+
+def test_a_query_stopped_without_flush_resumes_delivering_nothing_twice(
+    app, kafka_broker, tmp_path
+):
+    # A live input (Kafka) united with a bounded one (a file) that ends, and flushes, in the first
+    # epoch. Stopped without flush, the query starts again on its checkpoint: the file stays
+    # ended (read once: its points once), the topic is read on from where it stopped.
+    b = kafka_broker.bootstrap
+    source = kafka_broker.create_topic()
+    table = tmp_path / "table.jsonl"
+    write_jsonl(table, [{"ts": iso(0.5), "id": 0, "v": 0.5}, {"ts": iso(1.5), "id": 9, "v": 1.5}])
+
+    def query(topic, out):
+        live = Stream.create(
+            "live",
+            KafkaInputFactory(),
+            kf.input_config(b, topic, time_field="ts", advance_time=EVERY_EVENT),
+            EventShape.POINT,
+        )
+        bounded = Stream.create(
+            "table",
+            FileInputFactory(),
+            FileInputConfig(
+                path=str(table), time_column="ts", schema=kf.SCHEMA, advance_time=EVERY_EVENT
+            ),
+            EventShape.POINT,
+        )
+        return live.union(bounded).to_query(
+            app,
+            f"resume-{_tag()}",
+            FileOutputFactory(),
+            FileOutputConfig(path=str(out)),
+            EventShape.POINT,
+        )
+
+    records = [(0, v, kf.ARRIVAL_MS + n, None) for n, v in enumerate(BODIES) if n != 2]
+    kf.produce(b, source, records[:2])
+    out, ckpt = tmp_path / "out.jsonl", tmp_path / "ckpt"
+    first = query(source, out)
+    first.start(trigger=None, checkpoint=ckpt)
+    first.step()
+    first.stop(flush=False)
+    kf.produce(b, source, records[2:])
+    again = query(source, out)
+    again.start(trigger=None, checkpoint=ckpt)
+    again.step()
+    again.stop()
+
+    clean_source, clean_out = kafka_broker.create_topic(), tmp_path / "clean.jsonl"
+    kf.produce(b, clean_source, records)
+    clean = query(clean_source, clean_out)
+    clean.start(trigger=None, checkpoint=tmp_path / "clean-ckpt")
+    clean.step()
+    clean.stop()
+    got = read_output(out)
+    # by hand: every point once, in start order, and the flush at the end
+    assert [r[2]["id"] for r in got if r[0] == "INSERT"] == [0, 1, 9, 2, 4, 5]
+    assert got[-1] == ("CTI", "+inf", {})
+    assert out.read_text() == clean_out.read_text()
+    assert [json.loads(line)["kind"] for line in out.read_text().splitlines()].count("CTI") > 1
+
+
+def test_a_query_whose_inputs_all_ended_refuses_to_start_again_on_its_checkpoint(app, tmp_path):
+    # One file input that flushes at its end: after the first epoch its CTI is +inf, so even a
+    # stop without flush leaves nothing that could change the output.
+    source, out, ckpt = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "ckpt"
+    write_jsonl(source, [{"ts": iso(1), "v": 1}])
+    query = _file_query(app, "ended", source, out, advance_time=EVERY_EVENT)
+    query.start(trigger=None, checkpoint=ckpt)
+    query.step()
+    query.stop(flush=False)
+    assert read_output(out) == [
+        ("CTI", iso(1), {}),
+        ("INSERT", iso(1), {"v": 1}),
+        ("CTI", "+inf", {}),
+    ]
+    again = _file_query(app, "ended", source, out, advance_time=EVERY_EVENT)
+    with pytest.raises(QueryStoppedError) as error:
+        again.start(trigger=None, checkpoint=ckpt)
+    assert str(error.value) == (
+        f"query {again.name!r}: its checkpoint {str(ckpt)!r} records that every input ended "
+        "(all at CTI +inf): nothing read from now on could change the output; expected a "
+        "checkpoint with an input below +inf. Fix: start the query with a new checkpoint "
+        "directory (it reads its inputs again from their start)"
+    )
