@@ -369,6 +369,40 @@ def test_late_end_edges_close_their_start_edges_at_the_cti_wherever_edges_are_ma
 
 
 @pytest.mark.parametrize("matched", sorted(EDGES_MATCHED))
+def test_a_late_reference_update_ends_the_old_value_at_the_cti_in_a_lookup_join(app, matched):
+    # The lookup shape with a late update written as it happened: limit 50 ends at 2 and 60
+    # starts at 2, but both arrive when the imported CTI is 4 (a: a CTI after every point).
+    # The END edge closes 50 at 4, [0, 4) (§3.4: dropping it would keep 50 valid forever and
+    # readings 4, 5, 6 would join both limits); ADJUST starts 60 at 4. Reading 4 formed a pair
+    # with the open 50 before the update, [4, 5) ∩ [0, 4) = [4, 4): empty, never released. So
+    # each reading joins one limit: 50 for 1, 2, 3; 60 for 4, 5, 6.
+    script = EventScript()
+    script.insert("b", edge_start(0, {"k": 1, "v": 50}))
+    for t in (1, 2, 3, 4):
+        script.insert("a", point(t, {"k": 1, "v": t}))
+    script.insert("b", edge_end(0, 2, {"k": 1, "v": 50}))
+    script.insert("b", edge_start(2, {"k": 1, "v": 60}))
+    for t in (5, 6):
+        script.insert("a", point(t, {"k": 1, "v": t}))
+    every = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(1, 0, True), policy=AdvanceTimePolicy.DROP
+    )
+    imports = AdvanceTimeSettings(
+        import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.ADJUST
+    )
+    shapes = {"a": EventShape.POINT, "b": EventShape.EDGE}
+    case = Case(script, shapes, {"a": every, "b": imports}, 9)
+    plan = Join(Input("a"), Input("b"), ("k",))
+    expected = run_reference(script, _bindings(case), plan, EventShape.POINT)
+    joined = [(e.start, e.payload["right_v"]) for e in expected.output if not e.is_cti]
+    assert joined == [(1, 50), (2, 50), (3, 50), (4, 60), (5, 60), (6, 60)]
+    assert (expected.counts["b"]["adjusted"], expected.counts["b"]["dropped"]) == (2, 0)
+    with _edges_matched(matched):
+        # the update in the epoch after its START edge, and the pair of reading 4 too
+        _agree(app, case, plan, lambda s: s["a"].join(s["b"], on="k"), EventShape.POINT, [3, 6])
+
+
+@pytest.mark.parametrize("matched", sorted(EDGES_MATCHED))
 def test_edges_with_string_and_double_payloads_close_like_the_reference(app, matched):
     # identical edges open together close first in, first out; payloads that differ only in
     # their string or double never close each other
