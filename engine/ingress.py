@@ -472,7 +472,7 @@ def _match_edges(
         F.lit("INSERT").alias(KIND),
         F.lit("END").alias(EDGE),
         F.col("s.__as").alias(START),
-        F.col(f"e.{END}").alias(END),
+        F.col("e.__ce").alias(END),
         F.col(f"e.{POS}").alias(POS),
         F.col("s.__sdrop").alias("__sdrop"),
         *[F.col(f"e.{k}").alias(k) for k in payload],
@@ -568,7 +568,7 @@ def _edges_on_driver(
             KIND: pa.array(["INSERT"] * len(kept), pa.string()),
             EDGE: pa.array(["END"] * len(kept), pa.string()),
             START: pc.take(table.column("__as"), s_rows),
-            END: pc.take(table.column(END), e_rows),
+            END: pc.take(table.column("__ce"), e_rows),
             POS: pc.take(table.column(POS), e_rows),
             **{c: pc.take(table.column(c), e_rows) for c in payload},
         }
@@ -634,7 +634,8 @@ def _ends(a: DataFrame, payload: list[str]) -> DataFrame:
     return a.filter(taken).select(
         _P,
         F.col(START).alias("__os"),
-        F.when(F.col("__viol"), F.col("__cb")).otherwise(F.col(END)).alias(END),
+        END,  # as it came, for errors
+        F.greatest(F.col(END), F.col("__cb")).alias("__ce"),  # the end it closes its edge at
         F.col("__viol").alias("__late"),
         POS,
         *payload,

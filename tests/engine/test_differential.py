@@ -254,19 +254,23 @@ def test_join_pairs_waiting_across_epochs_match_the_reference(app, cuts, search,
 @pytest.mark.parametrize("cuts", [[], [2], [3]])
 def test_an_end_edge_that_closes_no_start_edge_is_reported_like_the_reference(app, cuts, matched):
     # The first such END edge by position (offset 4, not 6), in whichever epoch it arrives; a
-    # START edge that was dropped (a CTI violation) still counts as open for its END edge.
+    # START edge that was dropped (a CTI violation) still counts as open for its END edge. The
+    # one at offset 4 is late too (4 < CTI 5): matched like any other (§3.4), it closes nothing,
+    # and the error shows it as it came (end 4, not the CTI).
     script = EventScript()
     script.insert("a", edge_start(0, {"k": 1, "v": 1}))
     script.cti("a", 5)
     script.insert("a", edge_start(3, {"k": 2, "v": 2}))  # dropped: before the CTI
     script.insert("a", edge_end(3, 9, {"k": 2, "v": 2}))  # closes it: counted as dropped
-    script.insert("a", edge_end(2, 9, {"k": 1, "v": 1}))  # no START edge at 2
+    script.insert("a", edge_end(2, 4, {"k": 1, "v": 1}))  # no START edge at 2
     script.insert("a", edge_end(0, 9, {"k": 1, "v": 1}))
     script.insert("a", edge_end(4, 9, {"k": 1, "v": 1}))  # no START edge either, later
     drop = AdvanceTimeSettings(
         AdvanceTimeGenerationSettings(10**6, 0, True), policy=AdvanceTimePolicy.DROP
     )
     case = Case(script, {"a": EventShape.EDGE}, {"a": drop}, 7)
+    with pytest.raises(MalformedRecordError, match=r"offset 4\): edge_end\(2, 4, "):
+        run_reference(script, _bindings(case), Input("a"), EventShape.EDGE)
     with _edges_matched(matched):
         _agree(app, case, Input("a"), None, EventShape.EDGE, cuts)
 
