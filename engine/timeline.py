@@ -4,10 +4,10 @@ The x axis is arrival (the arrival stamps of semantics §4), the y axis event (a
 One panel per input shows what the input received: each event at (arrival, original start; an
 END edge at its end), an interval with its lifetime as a bar, **dropped** events in red,
 **adjusted** events as an orange arrow from the original start to the new one (a late END edge:
-from its end to the CTI it closes its edge at), each marked by
-its reason (a cross or circle for a CTI violation; for the arrival-time policies of an ordered
-input a triangle up for ``early``, down for ``late``, a square for ``out-of-order``, a diamond
-below the lowest time for ``no-event-time``, a plus for several), explicit CTIs as hollow
+from its end to the CTI it closes its edge at), each marked by its reason (a cross or circle for
+a CTI violation; for the arrival-time policies of an ordered input a triangle up for ``early``,
+down for ``late``, a square for ``out-of-order``, a diamond below the lowest time for
+``no-event-time``, a plus for several), explicit CTIs as hollow
 diamonds (grey when ignored), the end of input as a dashed line, and the input's CTIs (explicit,
 generated, imported, merged over partitions) as a step line. A last panel shows each stateful
 operator's output CTIs and the query's output CTIs as step lines, over the inputs' CTIs in faint.
