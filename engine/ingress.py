@@ -14,8 +14,9 @@ computes what the spec describes item by item with running counts and maxima in 
   (explicit, generated, imported, flush) and ``ca`` the same after it;
 * the violation check and DROP / ADJUST against ``cb``.
 
-Then, in Spark: END edges matched to their START edges (FIFO per original start and payload), and
-the input's CTI = min over partitions (:func:`engine.rows.min_of_latest`).
+Then, in Spark: END edges matched to their START edges (FIFO per original start and payload; a
+late END edge, ``end < __cb``, closes its START edge at ``__cb``: semantics §3.4), and the input's
+CTI = min over partitions (:func:`engine.rows.min_of_latest`).
 
 Per-partition state (count, max start, period, CTI, and the last item taken: where a bounded run's
 next read starts) is carried between epochs on the driver: a handful of numbers per partition,
@@ -273,11 +274,11 @@ def ingress_epoch(
     if spec.edges:
         try:
             if _few_edges(spec, a, state.open_rows, rows):
-                closed, new_state.open_edges, dropped, new_state.open_rows = _edges_on_driver(
+                closed, new_state.open_edges, counts, new_state.open_rows = _edges_on_driver(
                     a, spec, state.open_edges
                 )
             else:
-                closed, new_state.open_edges, dropped = _match_edges(
+                closed, new_state.open_edges, counts = _match_edges(
                     a, spec, state.open_edges, cache
                 )
                 new_state.open_rows = None
@@ -286,7 +287,7 @@ def ingress_epoch(
             if violation is None or malformed.pos < violation.pos:
                 raise
             raise violation from None
-        new_state.counts["dropped"] += dropped
+        new_state.counts.update(counts)
         events = events.unionByName(closed)
     if violation is not None:
         raise violation
@@ -430,11 +431,12 @@ def _violation_error(a: DataFrame, spec: InputSpec, pos: tuple) -> CtiViolationE
 
 def _match_edges(
     a: DataFrame, spec: InputSpec, open_edges: DataFrame | None, cache: EpochCache
-) -> tuple[DataFrame, DataFrame, int]:
+) -> tuple[DataFrame, DataFrame, Counter]:
     """Close END edges on their START edges: per partition, original start and payload, FIFO.
 
     Returns the closed END edge rows (start = the START edge's adjusted start), the START edges
-    still open, and how many END edges were dropped because their START edge was dropped.
+    still open, and the END edges' counts: ``dropped`` those whose START edge was dropped,
+    ``adjusted`` those that broke the CTI and closed their START edge at it (semantics §3.4).
     """
     payload = spec.payload
     key = [_P, "__os", *payload]
@@ -461,15 +463,17 @@ def _match_edges(
     found = j.agg(
         F.min_by(first_bad, F.when(unmatched, F.col(f"e.{POS}"))).alias("bad"),
         F.count(F.when(F.col("s.__sdrop"), 1)).alias("dropped"),
+        F.count(F.when(~F.col("s.__sdrop") & F.col("e.__late"), 1)).alias("adjusted"),
     ).first()
-    bad, dropped = found["bad"], found["dropped"]
+    bad = found["bad"]
+    counts = Counter(dropped=found["dropped"], adjusted=found["adjusted"])
     if bad is not None:
         raise _unmatched_end(spec, tuple(bad[POS]), bad[_P], bad["__os"], bad[END], bad)
     matched = j.select(
         F.lit("INSERT").alias(KIND),
         F.lit("END").alias(EDGE),
         F.col("s.__as").alias(START),
-        F.col(f"e.{END}").alias(END),
+        F.col("e.__ce").alias(END),
         F.col(f"e.{POS}").alias(POS),
         F.col("s.__sdrop").alias("__sdrop"),
         *[F.col(f"e.{k}").alias(k) for k in payload],
@@ -485,7 +489,7 @@ def _match_edges(
         )
         .drop("__r")
     )
-    return closed, still_open, dropped
+    return closed, still_open, counts
 
 
 _OFF = POS_TYPE.names.index("off")  # a position tuple's offset in its source partition
@@ -537,12 +541,12 @@ def _few_edges(spec: InputSpec, a: DataFrame, open_rows: int | None, rows: int) 
 
 def _edges_on_driver(
     a: DataFrame, spec: InputSpec, open_edges: DataFrame | None
-) -> tuple[DataFrame, DataFrame, int, int]:
+) -> tuple[DataFrame, DataFrame, Counter, int]:
     """:func:`_match_edges` for an epoch of few edges: the START edges (open before the epoch
     and new) and the END edges collected in one job and matched on the driver (per partition,
     original start and payload, FIFO); the closed END edges and the START edges still open are
-    frames made from the driver's rows. Returns them, the END edges dropped with their START
-    edge, and how many START edges are still open."""
+    frames made from the driver's rows. Returns them, the END edges' counts (as
+    :func:`_match_edges`), and how many START edges are still open."""
     import pyarrow.compute as pc
 
     payload = spec.payload
@@ -565,7 +569,7 @@ def _edges_on_driver(
             KIND: pa.array(["INSERT"] * len(kept), pa.string()),
             EDGE: pa.array(["END"] * len(kept), pa.string()),
             START: pc.take(table.column("__as"), s_rows),
-            END: pc.take(table.column(END), e_rows),
+            END: pc.take(table.column("__ce"), e_rows),
             POS: pc.take(table.column(POS), e_rows),
             **{c: pc.take(table.column(c), e_rows) for c in payload},
         }
@@ -582,11 +586,12 @@ def _edges_on_driver(
         ]
     )
     still_open = table.take(pa.array(still, pa.int64())).select(starts.columns)
-    dropped = len(pairs) - len(kept)
+    late = table.column("__late").to_pylist()
+    counts = Counter(dropped=len(pairs) - len(kept), adjusted=sum(bool(late[i]) for i, _ in kept))
     return (
         local_frame(spark, closed, closed_schema),
         local_frame(spark, still_open, starts.schema),
-        dropped,
+        counts,
         len(still),
     )
 
@@ -622,10 +627,20 @@ def _fifo_pairs(table: pa.Table, payload: list[str]) -> tuple[list, list[int], t
 
 
 def _ends(a: DataFrame, payload: list[str]) -> DataFrame:
-    """The epoch's END edges as :func:`_match_edges` matches them: those that break the CTI
-    are dropped before matching (their START edge stays open)."""
-    taken = (F.col(KIND) == "INSERT") & (F.col(EDGE) == "END") & ~F.col("__viol")
-    return a.filter(taken).select(_P, F.col(START).alias("__os"), END, POS, *payload)
+    """The epoch's END edges as :func:`_match_edges` matches them. One that breaks the CTI ``c``
+    in force (``__late``) is matched like the others and ends at ``c`` (semantics §3.4: it closes
+    its open START edge there, counted as adjusted; it is never dropped while that edge is open).
+    """
+    taken = (F.col(KIND) == "INSERT") & (F.col(EDGE) == "END")
+    return a.filter(taken).select(
+        _P,
+        F.col(START).alias("__os"),
+        END,  # as it came, for errors
+        F.greatest(F.col(END), F.col("__cb")).alias("__ce"),  # the end it closes its edge at
+        F.col("__viol").alias("__late"),
+        POS,
+        *payload,
+    )
 
 
 def _starts(a: DataFrame, payload: list[str]) -> DataFrame:
@@ -830,7 +845,8 @@ def _sequencer(
                 ("ctis_ignored", explicit & (start <= cb)),
                 ("ctis_generated", raised & (ca > cb)),
                 ("ctis_imported", imported if carried["part"] == 0 else None),
-                ("dropped", viol & ~adj),
+                # END edges are counted when matched (_match_edges, _edges_on_driver)
+                ("dropped", viol & ~adj & ~is_end),
                 ("adjusted", adj),
             ):
                 if mask is not None:
@@ -849,7 +865,7 @@ def _sequencer(
                 "__ca": pa.array(ca),
                 "__viol": pa.array(viol),
                 "__adj": pa.array(adj),
-                "__drop": pa.array(viol & ~adj),
+                "__drop": pa.array(viol & ~adj & ~is_end),
                 _SUM: pa.nulls(n, _summary_type(pos.type)),
             }
             columns.update({f.name: pa.nulls(n, f.type) for f in extra})

@@ -3,10 +3,11 @@
 The x axis is arrival (the arrival stamps of semantics §4), the y axis event (application) time.
 One panel per input shows what the input received: each event at (arrival, original start; an
 END edge at its end), an interval with its lifetime as a bar, **dropped** events in red,
-**adjusted** events as an orange arrow from the original start to the new one, each marked by
-its reason (a cross or circle for a CTI violation; for the arrival-time policies of an ordered
-input a triangle up for ``early``, down for ``late``, a square for ``out-of-order``, a diamond
-below the lowest time for ``no-event-time``, a plus for several), explicit CTIs as hollow
+**adjusted** events as an orange arrow from the original start to the new one (a late END edge:
+from its end to the CTI it closes its edge at), each marked by its reason (a cross or circle for
+a CTI violation; for the arrival-time policies of an ordered input a triangle up for ``early``,
+down for ``late``, a square for ``out-of-order``, a diamond below the lowest time for
+``no-event-time``, a plus for several), explicit CTIs as hollow
 diamonds (grey when ignored), the end of input as a dashed line, and the input's CTIs (explicit,
 generated, imported, merged over partitions) as a step line. A last panel shows each stateful
 operator's output CTIs and the query's output CTIs as step lines, over the inputs' CTIs in faint.
@@ -769,8 +770,8 @@ class Timeline:
             s += f"; arrival {x.describe(it.arrival)}, partition {it.partition}; {it.action}"
             if it.reason:
                 s += f" ({it.reason})"
-            if it.adjusted is not None:
-                s += f" to start {y.describe(it.adjusted)}"
+            if it.adjusted is not None:  # an END edge's end (semantics §3.4), else the start
+                s += f" to {'end' if it.edge == 'END' else 'start'} {y.describe(it.adjusted)}"
             if it.cti is not None:
                 s += f"; CTI in force {y.describe(it.cti)}"
             return f"<title>{_esc(s)}</title>"

@@ -22,15 +22,16 @@ What is recorded (:class:`TraceItem`), per *series*:
 
 * ``item``, per input: every item it received (event, explicit CTI, end of input) with its
   original event time, arrival, and what ingress did with it: ``action`` ``kept``, ``dropped``,
-  ``adjusted`` (``adjusted`` then holds the new start) or ``ignored`` (an explicit CTI not above
-  the CTI in force), and a ``reason`` (``cti-violation``; ``start-dropped`` for an END edge whose
-  START edge was dropped). Both fields are open strings: a stage before ingress records its own
-  reasons with :meth:`Trace.add_input_items`. The arrival-time policies (§7) do: an event they
-  dropped is an item of its own (reason ``early``, ``late``, ``out-of-order`` or
-  ``no-event-time``, at its original event time; none for ``no-event-time``), and an event they
-  moved is the one item ingress records, at its original event time, ``adjusted`` to the time
-  it left §7 with (or to §3's, if §3 moved it again), reasons in the order the rules acted
-  (``late``, ``out-of-order``, then ``cti-violation``);
+  ``adjusted`` (``adjusted`` then holds the new start, or for an END edge the new end) or
+  ``ignored`` (an explicit CTI not above the CTI in force), and a ``reason``
+  (``cti-violation``; ``start-dropped`` for an END edge whose START edge was dropped). Both
+  fields are open strings: a stage before ingress records its own reasons with
+  :meth:`Trace.add_input_items`. The arrival-time policies (§7) do: an event they dropped is an
+  item of its own (reason ``early``, ``late``, ``out-of-order`` or ``no-event-time``, at its
+  original event time; none for ``no-event-time``), and an event they moved is the one item
+  ingress records, at its original event time, ``adjusted`` to the time it left §7 with (or to
+  §3's, if §3 moved it again), reasons in the order the rules acted (``late``,
+  ``out-of-order``, then ``cti-violation``);
 * ``input-cti``, per input: every CTI the input emitted (after partitions and imports);
 * ``operator-cti``, per stateful operator (labelled ``"<n>:<kind>"`` as in
   ``query.operator_metrics()``): every CTI it emitted;
@@ -223,7 +224,8 @@ class Trace:
         ``a``: ingress's items of the epoch with ``__kind``, ``__edge``, ``__start``, ``__end``,
         ``__pos``, ``__cb`` (the CTI in force before the item), ``__viol``, ``__drop`` and
         ``__adj``; ``events``/``ctis``: what the input emits (an END edge missing from
-        ``events`` that broke no CTI was dropped with its START edge). An event §7 moved
+        ``events`` was dropped with its START edge; one that broke the CTI and is there was
+        adjusted: it ends at the CTI). An event §7 moved
         (:meth:`ordering`) is recorded at its original time, as adjusted.
         """
         c = F.col
@@ -233,9 +235,12 @@ class Trace:
         if spec.edges:
             closed = events.filter(is_end).select(c(POS).alias("__kpos"), F.lit(1).alias("__k"))
             rows = rows.join(closed, F.col(POS) == F.col("__kpos"), "left")
-            cascade = (c(KIND) == "INSERT") & is_end & ~c("__viol") & c("__k").isNull()
-            dropped = dropped | cascade
-            reason = reason.when(cascade, "start-dropped")
+            # an END edge missing from ``events`` was dropped with its START edge; one that broke
+            # the CTI and is there closed its START edge at the CTI (semantics §3.4)
+            cascade = (c(KIND) == "INSERT") & is_end & c("__k").isNull()
+            late = (c(KIND) == "INSERT") & is_end & c("__viol") & c("__k").isNotNull()
+            dropped, adjusted = dropped | cascade, adjusted | late
+            reason = F.when(cascade, "start-dropped").when(c("__viol"), "cti-violation")
         start, end, new = c(START), c(END), F.when(adjusted, c("__cb"))
         moved = self._moved.pop(spec.name, None)
         if moved is not None:  # §7 moved it before ingress: from its original time

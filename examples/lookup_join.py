@@ -3,12 +3,17 @@
 Without CTI import the join can only release results up to the reference stream's own time, so
 its output stalls. With ``AdvanceTimeImportSettings("dataStream")`` and ADJUST the reference
 stream borrows the data stream's CTIs: the join keeps pace with the data, and a reference update
-that arrives late takes effect from the current CTI on.
+that arrives late takes effect from the current CTI on. The update is written as it happened (the
+old limit's END edge at its true end, then the new limit's START edge): both are late, so the END
+edge closes the old limit at the CTI (it is never dropped, which would keep the old limit valid
+forever: semantics §3.4) and ADJUST moves the new START edge to that CTI. Every reading is joined
+with exactly one limit.
 
     python examples/lookup_join.py
 
 ``query`` builds the query with CTI import for the command line, which runs it, prints its metrics
-and draws its timeline (the late update shows as an adjusted START edge):
+and draws its timeline (the late update shows as an adjusted END edge, from 12:00:20 to the CTI
+at 12:00:30, and an adjusted START edge):
 
     ctistream examples/lookup_join.py:query --epochs 4
 """
@@ -60,8 +65,8 @@ def script() -> EventScript:
     s.insert("lookupStream", edge_start(at(0), {"sensor": 1, "limit": 50}))
     for t in range(1, 41):
         s.insert("dataStream", point(at(t), {"sensor": 1, "value": t}))
-        if t == 30:  # the limit changed at 12:00:20, but the update only arrives now
-            s.insert("lookupStream", edge_end(at(0), at(30), {"sensor": 1, "limit": 50}))
+        if t == 30:  # the limit changed at 12:00:20, but the update only arrives now (CTI 12:00:30)
+            s.insert("lookupStream", edge_end(at(0), at(20), {"sensor": 1, "limit": 50}))
             s.insert("lookupStream", edge_start(at(20), {"sensor": 1, "limit": 60}))
     return s
 
@@ -104,12 +109,32 @@ def run(app: Application, import_ctis: bool) -> list[Event]:
     return MemoryOutputFactory.collected(query.name)
 
 
+def limits_by_reading(out: list[Event]) -> list[tuple[list[int], int, int]]:
+    """Runs of consecutive readings joined with the same limits: (limits, first, last second)."""
+    by_reading: dict[int, list[int]] = {}
+    for e in out:
+        if not e.is_cti:
+            second = (e.start - int(T0.timestamp()) * 1_000_000) // 1_000_000
+            by_reading.setdefault(second, []).append(e.payload["limit"])
+    runs: list[tuple[list[int], int, int]] = []
+    for second in sorted(by_reading):
+        limits = sorted(by_reading[second])
+        if runs and runs[-1][0] == limits and runs[-1][2] == second - 1:
+            runs[-1] = (limits, runs[-1][1], second)
+        else:
+            runs.append((limits, second, second))
+    return runs
+
+
 def summary(out: list[Event]) -> str:
     events = [e for e in out if not e.is_cti]
     finite = [e.start for e in out if e.is_cti and e.start < 2**63 - 1]
-    limits = sorted({e.payload["limit"] for e in events})
+    runs = ", ".join(
+        f"limit {'+'.join(map(str, limits))} for readings {a}-{b} s"
+        for limits, a, b in limits_by_reading(out)
+    )
     return (
-        f"{len(events)} joined events, limits {limits}, "
+        f"{len(events)} joined events ({runs}), "
         f"last finite CTI {format_ticks(max(finite)) if finite else 'none'}"
     )
 

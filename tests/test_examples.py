@@ -36,9 +36,17 @@ def test_lookup_join_follows_the_data_stream_only_with_cti_import(spark):
     assert max(finite_ctis(own)) == 20
     # ... with it, the join's CTIs follow the data stream, one per data point.
     assert finite_ctis(imported) == list(range(1, 41))
-    # The late update (limit 60 from 20 s) takes effect from the CTI at its arrival (30 s) on.
-    limits = {(e.start - t0) // second: e.payload["limit"] for e in imported if not e.is_cti}
-    assert limits == {t: 50 if t < 30 else 60 for t in range(1, 41)}
+    # The late update, written as it happened (limit 50 ends at 20 s, limit 60 starts at 20 s),
+    # arrives with the CTI at 30 s: the late END edge closes limit 50 at 30 s (§3.4; dropping it
+    # would keep 50 valid forever, and readings 30-40 s would join both limits) and ADJUST
+    # starts limit 60 at 30 s. Each reading is joined once: 50 for 1-29 s, 60 for 30-40 s.
+    joined = sorted(
+        ((e.start - t0) // second, e.payload["limit"]) for e in imported if not e.is_cti
+    )
+    assert joined == [(t, 50 if t < 30 else 60) for t in range(1, 41)]
+    assert module["limits_by_reading"](imported) == [([50], 1, 29), ([60], 30, 40)]
+    # Without import the update is on time (the lookup stream's own CTI is 0): 50 ends at 20 s.
+    assert module["limits_by_reading"](own) == [([50], 1, 19), ([60], 20, 40)]
 
 
 def test_adapter_factories_pull_push_and_output_adapters(spark, capsys):

@@ -607,3 +607,43 @@ def test_the_timeline_draws_each_keys_cti(app, tmp_path):
         assert near("#637939") > 40  # key b's
     finally:
         app.queries.pop(name, None)
+
+
+def test_a_late_end_edge_is_traced_as_adjusted_to_the_cti(app):
+    # DROP, explicit CTIs. END(0, 4) breaks CTI 10 while its START edge is open: it closes the
+    # edge at 10 (semantics §3.4), traced as adjusted with the new end 10. START(5) breaks the
+    # CTI and is dropped; its late END edge (8 < 10) is dropped with it ("start-dropped").
+    s = EventScript()
+    s.insert("edges", edge_start(at(0), {"v": 1.0}))
+    s.cti("edges", at(10))
+    s.insert("edges", edge_end(at(0), at(4), {"v": 1.0}))
+    s.insert("edges", edge_start(at(5), {"v": 2.0}))
+    s.insert("edges", edge_end(at(5), at(8), {"v": 2.0}))
+    settings = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(10**6, timedelta(0), True), None, AdvanceTimePolicy.DROP
+    )
+    edges = Stream.create(
+        "edges", MemoryInputFactory(), MemoryInputConfig(script=s), EventShape.EDGE, settings
+    )
+    name = f"timeline{next(_names)}"
+    query = edges.to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.INTERVAL
+    )
+    try:
+        query.run(epochs=[3], trace=True)
+        items = [
+            (i.arrival, i.edge, i.action, i.reason, i.adjusted)
+            for i in query.trace.items("edges")
+            if i.kind == "INSERT"
+        ]
+        assert items == [
+            (0, "START", "kept", None, None),
+            (2, "END", "adjusted", "cti-violation", to_ticks(at(10))),
+            (3, "START", "dropped", "cti-violation", None),
+            (4, "END", "dropped", "start-dropped", None),
+        ]
+        out = [e for e in MemoryOutputFactory.collected(name) if not e.is_cti]
+        assert out == [interval(at(0), at(10), {"v": 1.0})]
+        assert (query.metrics()["edges"]["adjusted"], query.metrics()["edges"]["dropped"]) == (1, 2)
+    finally:
+        app.queries.pop(name, None)

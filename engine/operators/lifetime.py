@@ -7,9 +7,16 @@
 same transformation will be applied to CTIs."
 
 Edges: a shift keeps an edge an edge (its END edge is shifted too). Operators that set the end
-from the start turn a START edge into a complete interval at once; its END edge is then
-irrelevant and dropped. CTIs at ``±inf`` stay there; an output CTI is emitted only when it rises.
-Keyed CTIs (substreams) move the same way, each emitted when its key's CTI rises.
+from the start turn a START edge into a complete interval once its lifetime is known not to be
+empty, and drop its END edge. A START edge at ``s`` can still be closed at ``s`` (an empty
+lifetime: semantics §3.4 when its start was adjusted to the CTI, or a join's pair that ends
+where it starts) while its stream's CTI is at or below ``s``; once a CTI passes ``s`` every END
+edge ends after ``s`` (§2). So such an operator holds each START edge until the first CTI above
+its start (global, or keyed of its key) and emits the interval at that CTI's position, before
+it; an END edge at or before its start cancels the oldest held identical START edge, which then
+never leaves (docs/decisions.md, "Empty lifetimes"). CTIs at ``±inf`` stay there; an output CTI
+is emitted only when it rises. Keyed CTIs (substreams) move the same way, each emitted when its
+key's CTI rises.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass, replace
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from engine.operators.window import _OPEN, _first_at_or_above, close_edges
 from engine.rows import (
     CTI,
     EDGE,
@@ -32,8 +40,10 @@ from engine.rows import (
     EpochCache,
     Flow,
     checkpoint,
+    hold,
     keyed_rises,
     saturating_sub,
+    sql_names,
 )
 from engine.temporal import MAX_TIME, MIN_TIME
 
@@ -43,10 +53,12 @@ __all__ = ["LifetimeState", "alter_lifetime"]
 @dataclass
 class LifetimeState:
     """The last CTI the operator emitted; with substreams, per key the largest keyed CTI
-    candidate (:func:`engine.rows.keyed_rises`)."""
+    candidate (:func:`engine.rows.keyed_rises`); with a duration, the START edges held until a
+    CTI passes their start (``__start``, ``__end``, ``__pos``, ``__open``, payload)."""
 
     emitted: int = MIN_TIME
     key_seen: DataFrame | None = None
+    held: DataFrame | None = None
 
 
 def alter_lifetime(
@@ -70,6 +82,10 @@ def alter_lifetime(
 
     payload = [c for c in flow.events.columns if c not in HEADER]
     events = flow.events
+    held = None
+    if duration is not None and flow.edges:
+        released, held = _settled(flow, payload, state.held, cache)
+        events = events.filter(F.col(EDGE).isNull()).unionByName(released)
     if duration is None:
         events = events.select(
             KIND,
@@ -97,7 +113,7 @@ def alter_lifetime(
         .drop("__prev")
     )
     last = ctis.agg(F.max(CTI)).first()[0]
-    new_state = LifetimeState(max(state.emitted, last if last is not None else MIN_TIME))
+    new_state = LifetimeState(max(state.emitted, last if last is not None else MIN_TIME), held=held)
     out = Flow(events, ctis, flow.edges and duration is None)
     if flow.keyed is None:
         return out, new_state
@@ -105,3 +121,33 @@ def alter_lifetime(
     keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
     new_state.key_seen = checkpoint(seen)
     return replace(out, keyed=cache.keep(keyed), key=flow.key), new_state
+
+
+def _settled(
+    flow: Flow, payload: list[str], held: DataFrame | None, cache: EpochCache
+) -> tuple[DataFrame, DataFrame]:
+    """The START edges known not to be empty by a CTI of this epoch, as START edge rows at that
+    CTI's position (the first CTI above the start, global or keyed of the edge's key), and the
+    START edges still held after the epoch. A START edge arrives while its stream's CTI is at or
+    below its start (§2), so that CTI comes after it. An END edge at or before its start
+    cancels the oldest held identical START edge (:func:`engine.operators.window.close_edges`);
+    the other END edges change nothing here."""
+    cols = sql_names(payload)
+    new = flow.events.filter(f"{EDGE} = 'START'").selectExpr(
+        START, END, POS, f"true AS {_OPEN}", *cols
+    )
+    edges = new if held is None else held.unionByName(new)
+    empty = flow.events.filter(f"{EDGE} = 'END' AND {END} <= {START}")
+    edges = close_edges(edges, empty, payload).filter(_OPEN).selectExpr("*", f"{START} + 1 AS __t")
+    placed = _first_at_or_above(edges, cache.keep(flow.ctis), None, "__cpos")
+    at = "__cpos"
+    if flow.keyed is not None and flow.key is not None:
+        keyed = flow.keyed.withColumnRenamed(KEY, flow.key)
+        placed = _first_at_or_above(placed, keyed, flow.key, "__kpos")
+        at = "least(__cpos, __kpos)"  # least skips a null
+    placed = cache.keep(placed.withColumn("__at", F.expr(at)))
+    released = placed.filter("__at IS NOT NULL").selectExpr(
+        f"'INSERT' AS {KIND}", f"'START' AS {EDGE}", START, END, f"__at AS {POS}", *cols
+    )
+    still = hold(placed.filter("__at IS NULL").selectExpr(START, END, POS, _OPEN, *cols))
+    return released, still

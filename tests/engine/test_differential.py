@@ -254,19 +254,23 @@ def test_join_pairs_waiting_across_epochs_match_the_reference(app, cuts, search,
 @pytest.mark.parametrize("cuts", [[], [2], [3]])
 def test_an_end_edge_that_closes_no_start_edge_is_reported_like_the_reference(app, cuts, matched):
     # The first such END edge by position (offset 4, not 6), in whichever epoch it arrives; a
-    # START edge that was dropped (a CTI violation) still counts as open for its END edge.
+    # START edge that was dropped (a CTI violation) still counts as open for its END edge. The
+    # one at offset 4 is late too (4 < CTI 5): matched like any other (§3.4), it closes nothing,
+    # and the error shows it as it came (end 4, not the CTI).
     script = EventScript()
     script.insert("a", edge_start(0, {"k": 1, "v": 1}))
     script.cti("a", 5)
     script.insert("a", edge_start(3, {"k": 2, "v": 2}))  # dropped: before the CTI
     script.insert("a", edge_end(3, 9, {"k": 2, "v": 2}))  # closes it: counted as dropped
-    script.insert("a", edge_end(2, 9, {"k": 1, "v": 1}))  # no START edge at 2
+    script.insert("a", edge_end(2, 4, {"k": 1, "v": 1}))  # no START edge at 2
     script.insert("a", edge_end(0, 9, {"k": 1, "v": 1}))
     script.insert("a", edge_end(4, 9, {"k": 1, "v": 1}))  # no START edge either, later
     drop = AdvanceTimeSettings(
         AdvanceTimeGenerationSettings(10**6, 0, True), policy=AdvanceTimePolicy.DROP
     )
     case = Case(script, {"a": EventShape.EDGE}, {"a": drop}, 7)
+    with pytest.raises(MalformedRecordError, match=r"offset 4\): edge_end\(2, 4, "):
+        run_reference(script, _bindings(case), Input("a"), EventShape.EDGE)
     with _edges_matched(matched):
         _agree(app, case, Input("a"), None, EventShape.EDGE, cuts)
 
@@ -276,8 +280,10 @@ def test_edge_matching_rules_hold_wherever_edges_are_matched(app, matched):
     # By hand (semantics §3): on "a" (ADJUST) two START edges of k=1 open with start 0, the
     # second adjusted to the CTI 2; END edges close them first in, first out: [0, 5), [2, 7)
     # (last in, first out would give [2, 5) and [0, 7)). The END edge (3, 4) of k=2 breaks the
-    # CTI 6: dropped before matching, the START edge stays open for (3, 9). On "b" (DROP) the
-    # START edge of k=4 breaks the CTI 5 and is dropped, and so is the END edge closing it.
+    # CTI 6: its START edge is open, so it closes it at the CTI, [3, 6), counted as adjusted
+    # (§3.4). On "b" (DROP) the START edge of k=4 breaks the CTI 5 and is dropped, and so is the
+    # END edge closing it; the END edge (3, 4) of k=3 breaks the CTI 5 and closes its open START
+    # edge at 5: [3, 5), adjusted although the policy is DROP.
     script = EventScript()
     script.insert("a", edge_start(0, {"k": 1, "v": 1}))
     script.cti("a", 2)
@@ -291,8 +297,7 @@ def test_edge_matching_rules_hold_wherever_edges_are_matched(app, matched):
     script.cti("a", 6)
     script.insert("b", edge_end(4, 8, {"k": 4, "v": 4}))
     script.insert("a", edge_end(3, 4, {"k": 2, "v": 2}))
-    script.insert("b", edge_end(3, 9, {"k": 3, "v": 3}))
-    script.insert("a", edge_end(3, 9, {"k": 2, "v": 2}))
+    script.insert("b", edge_end(3, 4, {"k": 3, "v": 3}))
     script.cti("a", 10)
     script.cti("b", 10)
     gen = AdvanceTimeGenerationSettings(10**6, 0, True)
@@ -300,15 +305,16 @@ def test_edge_matching_rules_hold_wherever_edges_are_matched(app, matched):
         "a": AdvanceTimeSettings(gen, policy=AdvanceTimePolicy.ADJUST),
         "b": AdvanceTimeSettings(gen, policy=AdvanceTimePolicy.DROP),
     }
-    case = Case(script, {"a": EventShape.EDGE, "b": EventShape.EDGE}, settings, 16)
+    case = Case(script, {"a": EventShape.EDGE, "b": EventShape.EDGE}, settings, 15)
     expected = run_reference(script, _bindings(case), Union((Input("a"), Input("b"))), INTERVAL)
     assert [e for e in expected.output if e.kind is EventKind.INSERT] == [
         interval(0, 5, {"k": 1, "v": 1}),
         interval(2, 7, {"k": 1, "v": 1}),
-        interval(3, 9, {"k": 2, "v": 2}),
-        interval(3, 9, {"k": 3, "v": 3}),
+        interval(3, 5, {"k": 3, "v": 3}),
+        interval(3, 6, {"k": 2, "v": 2}),
     ]
-    assert (expected.counts["a"]["dropped"], expected.counts["b"]["dropped"]) == (1, 2)
+    counts = [(expected.counts[n]["dropped"], expected.counts[n]["adjusted"]) for n in "ab"]
+    assert counts == [(0, 2), (2, 1)]
     with _edges_matched(matched):
         _agree(
             app,
@@ -316,8 +322,88 @@ def test_edge_matching_rules_hold_wherever_edges_are_matched(app, matched):
             Union((Input("a"), Input("b"))),
             lambda s: s["a"].union(s["b"]),
             INTERVAL,
-            [2, 8, 13],  # and one epoch
+            [2, 8, 12],  # and one epoch
         )
+
+
+@pytest.mark.parametrize("matched", sorted(EDGES_MATCHED))
+def test_late_end_edges_close_their_start_edges_at_the_cti_wherever_edges_are_matched(app, matched):
+    # By hand (semantics §3.4, a late END edge never dropped while its START edge is open).
+    # "a" (ADJUST): START(0, k1) on time; CTI 10; START(5, k2) adjusted to 10; END(0, 4, k1)
+    # breaks CTI 10 and closes k1 at 10: [0, 10); END(5, 7, k2) breaks it too while the CTI is
+    # still 10: [10, 10), empty, never released; START(12, k3) on time; CTI 20; END(12, 15, k3)
+    # closes k3 at 20: [12, 20). Adjusted: the START edge of k2 and the three END edges.
+    # "b" (DROP): START(1, k4); CTI 8; END(1, 3, k4) closes k4 at 8: [1, 8), adjusted although
+    # the policy is DROP; START(2, k5) dropped; END(2, 3, k5) dropped with it.
+    script = EventScript()
+    script.insert("a", edge_start(0, {"k": 1, "v": 1}))
+    script.insert("b", edge_start(1, {"k": 4, "v": 4}))
+    script.cti("a", 10)
+    script.cti("b", 8)
+    script.insert("a", edge_start(5, {"k": 2, "v": 2}))
+    script.insert("b", edge_end(1, 3, {"k": 4, "v": 4}))
+    script.insert("a", edge_end(0, 4, {"k": 1, "v": 1}))
+    script.insert("b", edge_start(2, {"k": 5, "v": 5}))
+    script.insert("a", edge_end(5, 7, {"k": 2, "v": 2}))
+    script.insert("b", edge_end(2, 3, {"k": 5, "v": 5}))
+    script.insert("a", edge_start(12, {"k": 3, "v": 3}))
+    script.cti("a", 20)
+    script.insert("a", edge_end(12, 15, {"k": 3, "v": 3}))
+    script.cti("a", 30)
+    script.cti("b", 30)
+    gen = AdvanceTimeGenerationSettings(10**6, 0, True)
+    settings = {
+        "a": AdvanceTimeSettings(gen, policy=AdvanceTimePolicy.ADJUST),
+        "b": AdvanceTimeSettings(gen, policy=AdvanceTimePolicy.DROP),
+    }
+    case = Case(script, {"a": EventShape.EDGE, "b": EventShape.EDGE}, settings, 15)
+    plan = Union((Input("a"), Input("b")))
+    expected = run_reference(script, _bindings(case), plan, INTERVAL)
+    assert [e for e in expected.output if e.kind is EventKind.INSERT] == [
+        interval(0, 10, {"k": 1, "v": 1}),
+        interval(1, 8, {"k": 4, "v": 4}),
+        interval(12, 20, {"k": 3, "v": 3}),
+    ]
+    counts = [(expected.counts[n]["dropped"], expected.counts[n]["adjusted"]) for n in "ab"]
+    assert counts == [(0, 4), (2, 1)]
+    with _edges_matched(matched):
+        # one epoch, and four: the END edges of k1, k2 and k4 in the epoch after their START
+        # edges, k3's START edge carried across the epoch that holds CTI 20
+        _agree(app, case, plan, lambda s: s["a"].union(s["b"]), INTERVAL, [2, 7, 11])
+
+
+@pytest.mark.parametrize("matched", sorted(EDGES_MATCHED))
+def test_a_late_reference_update_ends_the_old_value_at_the_cti_in_a_lookup_join(app, matched):
+    # The lookup shape with a late update written as it happened: limit 50 ends at 2 and 60
+    # starts at 2, but both arrive when the imported CTI is 4 (a: a CTI after every point).
+    # The END edge closes 50 at 4, [0, 4) (§3.4: dropping it would keep 50 valid forever and
+    # readings 4, 5, 6 would join both limits); ADJUST starts 60 at 4. Reading 4 formed a pair
+    # with the open 50 before the update, [4, 5) ∩ [0, 4) = [4, 4): empty, never released. So
+    # each reading joins one limit: 50 for 1, 2, 3; 60 for 4, 5, 6.
+    script = EventScript()
+    script.insert("b", edge_start(0, {"k": 1, "v": 50}))
+    for t in (1, 2, 3, 4):
+        script.insert("a", point(t, {"k": 1, "v": t}))
+    script.insert("b", edge_end(0, 2, {"k": 1, "v": 50}))
+    script.insert("b", edge_start(2, {"k": 1, "v": 60}))
+    for t in (5, 6):
+        script.insert("a", point(t, {"k": 1, "v": t}))
+    every = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(1, 0, True), policy=AdvanceTimePolicy.DROP
+    )
+    imports = AdvanceTimeSettings(
+        import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.ADJUST
+    )
+    shapes = {"a": EventShape.POINT, "b": EventShape.EDGE}
+    case = Case(script, shapes, {"a": every, "b": imports}, 9)
+    plan = Join(Input("a"), Input("b"), ("k",))
+    expected = run_reference(script, _bindings(case), plan, EventShape.POINT)
+    joined = [(e.start, e.payload["right_v"]) for e in expected.output if not e.is_cti]
+    assert joined == [(1, 50), (2, 50), (3, 50), (4, 60), (5, 60), (6, 60)]
+    assert (expected.counts["b"]["adjusted"], expected.counts["b"]["dropped"]) == (2, 0)
+    with _edges_matched(matched):
+        # the update in the epoch after its START edge, and the pair of reading 4 too
+        _agree(app, case, plan, lambda s: s["a"].join(s["b"], on="k"), EventShape.POINT, [3, 6])
 
 
 @pytest.mark.parametrize("matched", sorted(EDGES_MATCHED))

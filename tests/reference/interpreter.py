@@ -569,16 +569,14 @@ class _Ingress:
         payload: dict[str, Any],
         pos: Position,
     ) -> None:
-        # A violating END edge is dropped before any matching: it closes nothing (decisions.md).
+        # §3.4: a violating END edge (``end < c``) fails the run without a policy; with one it
+        # is matched like any END edge and, if its START edge is open, closes it at ``c``.
         c = part.cti
-        if event.end < c:
-            if self.policy is None:
-                raise CtiViolationError(
-                    self.name, part.name, item.offset, event.describe(), format_ticks(c)
-                )
-            # Dropped under both policies; its START edge stays open.
-            self.counts["dropped"] += 1
-            return
+        late = event.end < c
+        if late and self.policy is None:
+            raise CtiViolationError(
+                self.name, part.name, item.offset, event.describe(), format_ticks(c)
+            )
         # The oldest open START edge with the same original start and payload (FIFO).
         match = next(
             (e for e in part.open_edges if e.start == event.start and e.payload == payload), None
@@ -594,11 +592,13 @@ class _Ingress:
         if match.adjusted_start is None:  # its START edge was dropped
             self.counts["dropped"] += 1
             return
-        # May be empty (end == adjusted start): it still closes the START edge; egress releases
-        # nothing for it.
-        self._emit(
-            pos, Event(EventKind.INSERT, match.adjusted_start, event.end, payload, EdgeType.END)
-        )
+        end = event.end
+        if late:  # never dropped: the event would live forever (§3.4)
+            end = c
+            self.counts["adjusted"] += 1
+        # May be empty (end == adjusted start == c): it still closes the START edge; no operator
+        # and no consumer releases anything for it.
+        self._emit(pos, Event(EventKind.INSERT, match.adjusted_start, end, payload, EdgeType.END))
 
     def _generate(self, part: _Partition, start: int, pos: Position) -> None:
         gen = self.generation
@@ -1086,9 +1086,15 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
 
 
 def _lifetime(rows: list[_Row], move: Callable[[int], int], duration: int | None) -> list[_Row]:
-    """Move each start (and each CTI) by ``move``. With a duration, ``end = start + duration``:
-    a START edge becomes that interval at once and its END edge is dropped. Without one, ends
-    move like starts and edges stay edges. CTIs at +-inf stay; a CTI is emitted when it rises.
+    """Move each start (and each CTI) by ``move``. Without a duration, ends move like starts and
+    edges stay edges. With one, ``end = start + duration``: a START edge becomes that interval
+    once its lifetime is known not to be empty, and its END edge is dropped. A START edge at
+    ``s`` can still be closed at ``s`` (empty: semantics §3.4, or a join's pair that ends at its
+    start) while its stream's CTI is at or below ``s``; after a CTI above ``s`` every END edge
+    ends above ``s``. So it is held until the first CTI above ``s`` (global, or keyed of its
+    key), and leaves as the interval at that CTI's position, before it; an END edge at or before
+    its start cancels the oldest held identical START edge, which never leaves. CTIs at +-inf
+    stay; a CTI is emitted when it rises.
 
     Per-key CTIs (module docstring, rule 3): a keyed row ``(K, k, c)`` becomes ``(K, k,
     moved(c))``, emitted when that is above the latest global output CTI and the latest keyed
@@ -1097,31 +1103,48 @@ def _lifetime(rows: list[_Row], move: Callable[[int], int], duration: int | None
     def moved(t: int) -> int:
         return t if t in (MIN_TIME, MAX_TIME) else move(t)
 
+    def complete(e: Event) -> Event:
+        start = moved(e.start)
+        return Event(e.kind, start, saturating_sub(start, -duration), e.payload, None)
+
     out: list[_Row] = []
     current = MIN_TIME
     keyed: dict[tuple[str, Any], int] = {}  # per (K, k): the latest keyed output CTI
+    held: list[Event] = []  # START edges not yet known to be non-empty, in arrival order
+
+    def release(pos: Position, c: int, key: tuple[str, Any] | None) -> None:
+        for e in [e for e in held if e.start < c and (key is None or e.payload[key[0]] == key[1])]:
+            held.remove(e)
+            out.append(_Row(pos, complete(e)))
+
     for row in rows:
         e = row.event
         if row.key is not None:
+            release(row.position, e.start, row.key)
             c = moved(e.start)
             if c > current and c > keyed.get(row.key, MIN_TIME):
                 keyed[row.key] = c
                 out.append(_Row(row.position, cti(c), row.key))
             continue
         if e.is_cti:
+            release(row.position, e.start, None)
             c = moved(e.start)
             if c > current:
                 current = c
                 out.append(_Row(row.position, cti(c)))
             continue
         if duration is None:
-            new = Event(e.kind, moved(e.start), moved(e.end), e.payload, e.edge)
+            out.append(
+                _Row(row.position, Event(e.kind, moved(e.start), moved(e.end), e.payload, e.edge))
+            )
+        elif e.edge is EdgeType.START:
+            held.append(e)
         elif e.edge is EdgeType.END:
-            continue
+            if e.end <= e.start:  # an empty lifetime: its START edge never leaves
+                same = next(h for h in held if h.start == e.start and h.payload == e.payload)
+                held.remove(same)
         else:
-            start = moved(e.start)
-            new = Event(e.kind, start, saturating_sub(start, -duration), e.payload, None)
-        out.append(_Row(row.position, new))
+            out.append(_Row(row.position, complete(e)))
     return out
 
 

@@ -323,16 +323,72 @@ def test_drop_drops_a_start_edge_and_then_its_end_edge():
 
 
 @pytest.mark.parametrize("policy", [DROP, ADJUST])
-def test_a_violating_end_edge_is_dropped_and_its_start_edge_stays_open(policy):
+def test_a_late_end_edge_closes_its_open_start_edge_at_the_cti(policy):
+    # §3.4: START(10) is kept (no CTI yet). At CTI 100, END(10, 50) breaks it (50 < 100); its
+    # START edge is open, so it is not dropped (the event would live forever): it closes the
+    # START edge at the CTI, [10, 100), and counts as adjusted, under DROP and ADJUST alike.
     script = EventScript()
     script.insert("a", edge_start(10, v("a")))
     script.cti("a", 100)
-    script.insert("a", edge_end(10, 50, v("a")))  # end 50 < 100: dropped under both policies
-    script.insert("a", edge_end(10, 150, v("a")))  # closes the still open START edge
+    script.insert("a", edge_end(10, 50, v("a")))
+    script.cti("a", 200)
     r = run_one(script, policy_only(policy), EDGE)
-    assert r.ingress["a"] == [edge_start(10, v("a")), cti(100), edge_end(10, 150, v("a"))]
-    assert r.counts["a"]["dropped"] == 1
-    assert r.counts["a"]["adjusted"] == 0
+    assert r.ingress["a"] == [
+        edge_start(10, v("a")),
+        cti(100),
+        edge_end(10, 100, v("a")),
+        cti(200),
+    ]
+    assert (r.counts["a"]["adjusted"], r.counts["a"]["dropped"]) == (1, 0)
+    # EDGE consumer: the START edge at CTI 100 (10 < 100); its END edge at 100 is committed by
+    # CTI 200 (100 < 200).
+    assert r.output == [edge_start(10, v("a")), cti(100), edge_end(10, 100, v("a")), cti(200)]
+
+
+def test_a_late_end_edge_of_an_adjusted_start_edge_ends_at_the_cti_then_in_force():
+    # ADJUST: START(50) at CTI 100 -> [100, +inf). CTI 150. END(50, 120): 120 < 150 breaks it,
+    # closes the START edge at 150: [100, 150). Two adjustments (the START and the END edge).
+    script = EventScript()
+    script.cti("a", 100)
+    script.insert("a", edge_start(50, v("a")))
+    script.cti("a", 150)
+    script.insert("a", edge_end(50, 120, v("a")))
+    script.cti("a", 200)
+    r = run_one(script, policy_only(ADJUST), INTERVAL)
+    assert [e for e in r.ingress["a"] if not e.is_cti] == [
+        edge_start(100, v("a")),
+        edge_end(100, 150, v("a")),
+    ]
+    assert (r.counts["a"]["adjusted"], r.counts["a"]["dropped"]) == (2, 0)
+    assert r.output == [cti(100), cti(150), interval(100, 150, v("a")), cti(200)]
+
+
+@pytest.mark.parametrize("shape", [POINT, INTERVAL, EDGE])
+def test_a_late_end_edge_of_a_start_edge_adjusted_to_the_same_cti_empties_it(shape):
+    # ADJUST: START(50) at CTI 100 -> [100, +inf); END(50, 70) while the CTI is still 100:
+    # 70 < 100 closes it at 100, [100, 100): empty, so nothing is released for it whatever the
+    # consumer's shape. Both edges count as adjusted, neither as dropped.
+    script = EventScript()
+    script.cti("a", 100)
+    script.insert("a", edge_start(50, v("a")))
+    script.insert("a", edge_end(50, 70, v("a")))
+    script.cti("a", 200)
+    r = run_one(script, policy_only(ADJUST), shape)
+    assert r.ingress["a"] == [cti(100), edge_start(100, v("a")), empty_end(100, v("a")), cti(200)]
+    assert (r.counts["a"]["adjusted"], r.counts["a"]["dropped"]) == (2, 0)
+    assert r.output == [cti(100), cti(200)]
+
+
+def test_a_late_end_edge_whose_start_edge_was_dropped_is_dropped_too():
+    # DROP: START(50) at CTI 100 is dropped; END(50, 70) breaks the CTI and closes a START edge
+    # that was dropped: dropped as well (two drops, no adjustment).
+    script = EventScript()
+    script.cti("a", 100)
+    script.insert("a", edge_start(50, v("a")))
+    script.insert("a", edge_end(50, 70, v("a")))
+    r = run_one(script, policy_only(DROP), EDGE)
+    assert [e for e in r.ingress["a"] if not e.is_cti] == []
+    assert (r.counts["a"]["adjusted"], r.counts["a"]["dropped"]) == (0, 2)
 
 
 @pytest.mark.parametrize("shape", [POINT, INTERVAL, EDGE])
@@ -393,14 +449,14 @@ def test_an_end_edge_without_an_open_start_edge_is_malformed():
         run_one(script, generate(1), EDGE, name="edges")
 
 
-def test_a_violating_end_edge_is_dropped_before_matching_so_it_is_never_malformed():
-    # decisions.md: the violation check comes first; a violating END edge closes nothing.
+def test_a_late_end_edge_with_no_open_start_edge_is_malformed():
+    # §3.4: with a policy a late END edge is matched like any other (it closes its START edge
+    # at the CTI), so one that closes nothing is malformed input, as when it is on time.
     script = EventScript()
     script.cti("a", 100)
-    script.insert("a", edge_end(10, 50, v("x")))
-    r = run_one(script, policy_only(DROP), EDGE)
-    assert r.counts["a"]["dropped"] == 1
-    assert [e for e in r.ingress["a"] if not e.is_cti] == []
+    script.insert("a", edge_end(10, 50, v("x")))  # offset 1
+    with pytest.raises(MalformedRecordError, match=r"'a'.*partition '0', offset 1"):
+        run_one(script, policy_only(DROP), EDGE)
 
 
 def test_end_edges_match_the_oldest_open_identical_start_edge():
