@@ -528,23 +528,27 @@ def _calls(col: Column) -> list[tuple[str, list[Column], bool, bool]]:
     found: list[tuple[str, list[Column], bool, bool]] = []
 
     def visit(node: Any, whole: bool) -> None:
-        if node.getClass().getSimpleName() == "UnresolvedFunction":
-            fn = str(node.functionName()).lower()
-            if fn in names:
-                args = node.arguments()
-                cols = [
-                    ClassicColumn(jvm.org.apache.spark.sql.Column(args.apply(j)))
-                    for j in range(args.size())
-                ]
-                found.append((fn, cols, bool(node.isDistinct()), whole))
-        children = node.children()
-        for j in range(children.size()):
-            visit(children.apply(j), False)
+        try:
+            kind = node.getClass().getSimpleName()
+            fn = str(node.functionName()).lower() if kind == "UnresolvedFunction" else None
+        except Exception:  # not a node this operator can read
+            return
+        if fn in names:
+            args = node.arguments()
+            cols = [
+                ClassicColumn(jvm.org.apache.spark.sql.Column(args.apply(j)))
+                for j in range(args.size())
+            ]
+            found.append((fn, cols, bool(node.isDistinct()), whole))
+        try:
+            children = node.children()
+            below = [children.apply(j) for j in range(children.size())]
+        except Exception:  # a node without children
+            below = []
+        for child in below:
+            visit(child, False)
 
-    try:
-        visit(jc.node(), True)
-    except Exception:  # not an expression this operator can take apart
-        return []
+    visit(jc.node(), True)
     return found
 
 
