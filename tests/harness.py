@@ -35,9 +35,10 @@ def spark_run(
     build: Callable[[dict[str, Stream]], Stream] | None = None,
     shape: EventShape = EventShape.POINT,
     epochs: int | Sequence[int] = 1,
+    trace: bool = False,
 ) -> tuple[list[Event], dict]:
-    """Bind ``inputs`` (in this order) to the script, build the query, run it; return what the
-    sink received and the query's metrics."""
+    """Bind ``inputs`` (in this order) to the script, build the query, run it (``trace``: with
+    its timeline recorded); return what the sink received and the query's metrics."""
     streams = {
         name: Stream.create(
             name,
@@ -52,7 +53,7 @@ def spark_run(
     sink = f"out{next(_names)}"
     query = root.to_query(app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), shape)
     try:
-        query.run(epochs=epochs)
+        query.run(epochs=epochs, trace=True if trace else None)
         return MemoryOutputFactory.collected(sink), query.metrics()
     finally:
         # The session-wide application would keep every query and the cached state DataFrames

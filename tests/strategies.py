@@ -22,6 +22,16 @@ from engine import (
 
 COLUMNS = ("k", "v")
 SCHEMA = "k bigint, v bigint"
+#: the schema of cases with double payloads (``cases(doubles=True)``)
+DOUBLES_SCHEMA = "k bigint, v double"
+#: doubles whose naive sums depend on the order they are added in: magnitudes far apart
+#: (1e16 + 1.0 - 1e16 is 0.0 left to right, 1.0 exactly), decimal fractions (0.1 + 0.2 + 0.3 is
+#: 0.6000000000000001, 0.3 + 0.2 + 0.1 is 0.6), both signs, tiny and huge values
+TRICKY = (1e16, -1e16, 1.0, -1.0, 0.1, 0.2, 0.3, -0.7, 2.5e-300, -3e-17, 1e300, -1e300, 0.0)
+double_values = st.one_of(
+    st.sampled_from(TRICKY),
+    st.floats(-1e20, 1e20, allow_nan=False, allow_infinity=False),
+)
 NAMES = ("a", "b", "c")
 
 
@@ -31,6 +41,8 @@ class Case:
     shapes: dict[str, EventShape]
     settings: dict[str, AdvanceTimeSettings | None]
     length: int
+    #: the payload's Spark schema
+    schema: str = SCHEMA
 
     def __repr__(self) -> str:
         lines = [f"shapes={self.shapes}", f"settings={self.settings}"]
@@ -64,7 +76,11 @@ def settings_for(draw, index: int) -> AdvanceTimeSettings | None:
 
 
 @st.composite
-def cases(draw, max_inputs: int = 1, max_items: int = 18, min_inputs: int = 1) -> Case:
+def cases(
+    draw, max_inputs: int = 1, max_items: int = 18, min_inputs: int = 1, doubles: bool = False
+) -> Case:
+    """Scripts of 1 .. ``max_inputs`` inputs; payloads ``k`` (0 .. 2) and ``v`` (0 .. 3, or with
+    ``doubles`` a double from :data:`double_values`)."""
     n_inputs = draw(st.integers(min_inputs, max_inputs))
     names = NAMES[:n_inputs]
     shapes = {
@@ -85,7 +101,8 @@ def cases(draw, max_inputs: int = 1, max_items: int = 18, min_inputs: int = 1) -
             break
         name = draw(st.sampled_from(live))
         part = draw(st.sampled_from(parts[name]))
-        payload = {"k": draw(st.integers(0, 2)), "v": draw(st.integers(0, 3))}
+        v = draw(double_values) if doubles else draw(st.integers(0, 3))
+        payload = {"k": draw(st.integers(0, 2)), "v": v}
         t = draw(st.integers(0, 40))
         action = draw(st.sampled_from(["event", "event", "event", "cti", "close", "end"]))
         shape = shapes[name]
@@ -111,7 +128,7 @@ def cases(draw, max_inputs: int = 1, max_items: int = 18, min_inputs: int = 1) -
             script.insert(name, edge_start(t, payload), partition=part)
             opened.append((t, payload))
         length += 1
-    return Case(script, shapes, settings, length)
+    return Case(script, shapes, settings, length, DOUBLES_SCHEMA if doubles else SCHEMA)
 
 
 @st.composite

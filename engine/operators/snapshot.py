@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from engine.operators.window import close_edges, place_results
+from engine.operators.window import close_edges, exact_aggregates, place_results, repeatable
 from engine.rows import CTI, EDGE, END, HEADER, POS, START, EpochCache, Flow, hold
 from engine.temporal import MAX_TIME, MIN_TIME
 
@@ -70,7 +70,11 @@ def snapshot_aggregate(
     active = events.join(
         F.broadcast(snaps), (F.col(START) <= F.col("__p")) & (F.col(END) > F.col("__p"))
     )
-    grouped = active.groupBy("__p", "__q", *keys).agg(*[c.alias(n) for n, c in aggregates])
+    # doubles summed exactly (semantics §4): the same bits however the events were cut
+    exact = exact_aggregates(aggregates, new, "snapshot_window()")
+    grouped = active.groupBy("__p", "__q", *keys).agg(
+        *[c.alias(n) for n, c in repeatable(aggregates, exact)]
+    )
     ctis = cache.keep(flow.ctis)
     names = [*keys, *(n for n, _ in aggregates)]
     # Final at the first CTI above its end.

@@ -41,10 +41,12 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DateType,
     DecimalType,
     DoubleType,
+    FloatType,
     IntegralType,
     LongType,
     NumericType,
@@ -55,6 +57,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from engine.errors import QueryBuildError
+from engine.exact import (
+    MOMENTS,
+    compress_column,
+    compress_lists,
+    mean_column,
+    moment_column,
+    sum_column,
+)
 from engine.rows import (
     CTI,
     EDGE,
@@ -139,6 +150,8 @@ class WindowState:
     emitted: int = MIN_TIME
     #: substreams: per key (``__kk``) the largest keyed input CTI (``__c``)
     key_last: DataFrame | None = None
+    #: the aggregates computed exactly (:func:`exact_aggregates`; decided at the first epoch)
+    exact: list[int] | None = None
 
 
 def close_edges(events: DataFrame, ends: DataFrame, payload: list[str]) -> DataFrame:
@@ -177,7 +190,10 @@ def window_aggregate(
     # Substreams: a keyed CTI completes the windows of the groups with its key (docs/decisions.md)
     key = flow.key if flow.keyed is not None and flow.key in spec.keys else None
     keyed = cache.keep(flow.keyed) if key is not None else None
-    merges = _merges(spec)
+    exact = state.exact
+    if exact is None:  # decided once, at the operator's first epoch
+        exact = exact_aggregates(spec.aggregates, new, _where(spec))
+    merges = _merges(spec, exact)
     merging = state.partial
     if merging is None:  # decided once, at the operator's first epoch
         merging = keyed is None and merges is not None and not _sums_decimals(new, merges[1])
@@ -262,7 +278,7 @@ def window_aggregate(
             )
         else:
             grouped = exploded.groupBy(_WS, *spec.keys).agg(
-                *(col.alias(name) for name, col in spec.aggregates)
+                *(col.alias(name) for name, col in repeatable(spec.aggregates, exact))
             )
     results = _result_rows(grouped, spec, ctis, keyed, key)
 
@@ -282,7 +298,7 @@ def window_aggregate(
         keep = _OPEN if merging else f"{END} > {open_start}"
         held = hold(events.filter(keep).selectExpr(START, END, POS, _OPEN, *cols))
     new_state = WindowState(
-        held, partials, merging, c_last, latest, max(state.emitted, pulled), key_last
+        held, partials, merging, c_last, latest, max(state.emitted, pulled), key_last, exact
     )
     out = Flow(results, out_ctis, False, latest=pulled if pulled > state.emitted else MIN_TIME)
     if keyed is None:
@@ -349,16 +365,23 @@ class _Merge:
 
     partial: tuple[tuple[str, Column], ...]
     merge: tuple[str, ...]
-    final: str
+    final: str | Column
+    #: the partial columns that are expansions of an exact sum (engine.exact)
+    expansions: tuple[str, ...] = ()
 
 
 _SAME = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
 
-def _merges(spec: WindowSpec) -> tuple[list[_Merge], list[Column]] | None:
+def _merges(
+    spec: WindowSpec, exact: list[int] | None = None
+) -> tuple[list[_Merge], list[Column]] | None:
     """The aggregates of ``spec`` as partial aggregates that merge, and the arguments of its sums
     and averages; None if one of them does not merge: only ``count``, ``sum``, ``min``, ``max``,
-    ``avg`` / ``mean`` of one argument, without DISTINCT, as plain (classic PySpark) Columns."""
+    ``avg`` / ``mean`` of one argument, without DISTINCT, as plain (classic PySpark) Columns.
+    The sums of the aggregates listed in ``exact`` are expansions (engine.exact, semantics §4):
+    they merge by concatenation and round once in the result."""
+    exact = exact or []
     out: list[_Merge] = []
     summed: list[Column] = []
     for i, (_, col) in enumerate(spec.aggregates):
@@ -367,7 +390,18 @@ def _merges(spec: WindowSpec) -> tuple[list[_Merge], list[Column]] | None:
             return None
         fn, arg = call
         p = f"__a{i}"
-        if fn in _SAME:
+        if fn == "sum" and i in exact:
+            values = F.collect_list(arg.cast("double"))
+            final = sum_column(F.col(p))
+            out.append(_Merge(((p, values),), (f"flatten(collect_list({p}))",), final, (p,)))
+            summed.append(arg)
+        elif fn in ("avg", "mean") and i in exact:
+            s, n = f"{p}s", f"{p}n"
+            partial = ((s, F.collect_list(arg.cast("double"))), (n, F.count(arg)))
+            merge = (f"flatten(collect_list({s}))", f"sum({n})")
+            out.append(_Merge(partial, merge, mean_column(F.col(s), F.col(n)), (s,)))
+            summed.append(arg)
+        elif fn in _SAME:
             out.append(_Merge(((p, col),), (f"{_SAME[fn]}({p})",), p))
             if fn == "sum":
                 summed.append(arg)
@@ -392,6 +426,130 @@ def _sums_decimals(events: DataFrame, summed: list[Column]) -> bool:
     except Exception:  # unresolvable here: the aggregate itself will say why
         return True
     return any(isinstance(t, DecimalType) for t in types)
+
+
+#: aggregates over doubles whose result depends on the order Spark adds the values in and that
+#: are not computed exactly: refused (:func:`exact_aggregates`)
+_ORDERED = frozenset(
+    {"try_sum", "try_avg", "skewness", "kurtosis", "covar_samp", "covar_pop", "corr"}
+    | {f"regr_{n}" for n in ("avgx", "avgy", "slope", "intercept", "r2", "sxx", "sxy", "syy")}
+)
+
+
+def _where(spec: WindowSpec) -> str:
+    if spec.hop == spec.size:
+        return f"tumbling_window({spec.size})"
+    return f"hopping_window({spec.size}, {spec.hop})"
+
+
+def exact_aggregates(
+    aggregates: tuple[tuple[str, Column], ...], frame: DataFrame, where: str
+) -> list[int]:
+    """The positions of ``aggregates`` computed exactly over doubles (engine.exact, semantics §4):
+    ``sum`` of doubles or floats, ``avg`` / ``mean`` of numbers other than decimals and the
+    variance family (``var_samp``, ``stddev``, ...) of numbers, each an aggregate Column of its
+    own over ``frame``'s columns. An aggregate over doubles whose result would depend on the
+    order of the values and that is not one of these (inside an expression, DISTINCT,
+    ``skewness``, ``corr``, ...) raises :class:`QueryBuildError`, before any result."""
+    calls = [(i, name, _calls(col)) for i, (name, col) in enumerate(aggregates)]
+    args = [a for _, _, found in calls for _, found_args, _, _ in found for a in found_args]
+    if not args:
+        return []
+    try:
+        types = [f.dataType for f in frame.select(*args).schema.fields]
+    except Exception:  # unresolvable here: the aggregate itself will say why
+        return []
+    exact: list[int] = []
+    for i, name, found in calls:
+        for fn, fn_args, distinct, whole in found:
+            arg_types, types = types[: len(fn_args)], types[len(fn_args) :]
+            if fn in ("sum", "try_sum"):
+                floating = any(isinstance(t, FloatType | DoubleType) for t in arg_types)
+            elif fn in ("avg", "mean", "try_avg"):
+                floating = any(
+                    isinstance(t, NumericType) and not isinstance(t, DecimalType) for t in arg_types
+                )
+            else:
+                floating = any(isinstance(t, NumericType) for t in arg_types)
+            if not floating:
+                continue
+            if whole and not distinct and fn in ("sum", "avg", "mean", *MOMENTS):
+                exact.append(i)
+                continue
+            how = "DISTINCT " if distinct else ""
+            inside = "" if whole else ", inside an expression,"
+            raise QueryBuildError(
+                f"{where}.aggregate({name}=...): {fn}({how}...){inside} adds floating-point "
+                "values in the order Spark happens to process them, so its last bits would "
+                "change with the epochs the input is cut into or with Spark's partitioning "
+                "(semantics §4 promises byte-identical results). Expected sum, avg / mean or "
+                "the variance / stddev family over doubles as an aggregate of its own (these "
+                "are computed exactly, then rounded once). Fix: aggregate the sum or average "
+                f"alone (e.g. {name}_sum=F.sum(...)) and compute the expression with .select() "
+                "afterwards, or cast the values to a decimal, or use a pandas UDAF whose result "
+                "does not depend on the order of its values (e.g. math.fsum)"
+            )
+    return exact
+
+
+def repeatable(
+    aggregates: tuple[tuple[str, Column], ...], exact: list[int]
+) -> list[tuple[str, Column]]:
+    """``aggregates`` with those at the positions ``exact`` (:func:`exact_aggregates`) computed
+    exactly over all values of a group at once (engine.exact)."""
+    out = []
+    for i, (name, col) in enumerate(aggregates):
+        call = _call(col) if i in exact else None
+        if call is not None:
+            fn, arg = call
+            values = F.collect_list(arg.cast("double"))
+            if fn == "sum":
+                col = sum_column(values)
+            elif fn in ("avg", "mean"):
+                col = mean_column(values, F.count(arg))
+            else:
+                col = moment_column(fn, values)
+        out.append((name, col))
+    return out
+
+
+def _calls(col: Column) -> list[tuple[str, list[Column], bool, bool]]:
+    """Every call in ``col`` to a function that sums floating-point values (``sum``, ``avg``,
+    the variance family and :data:`_ORDERED`), as (name, arguments, DISTINCT, whether it is
+    the whole Column)."""
+    from pyspark import SparkContext
+    from pyspark.sql.classic.column import Column as ClassicColumn
+
+    jc = getattr(col, "_jc", None)
+    if jc is None:
+        return []
+    names = {"sum", "avg", "mean", *MOMENTS, *_ORDERED}
+    jvm = SparkContext._jvm
+    found: list[tuple[str, list[Column], bool, bool]] = []
+
+    def visit(node: Any, whole: bool) -> None:
+        try:
+            kind = node.getClass().getSimpleName()
+            fn = str(node.functionName()).lower() if kind == "UnresolvedFunction" else None
+        except Exception:  # not a node this operator can read
+            return
+        if fn in names:
+            args = node.arguments()
+            cols = [
+                ClassicColumn(jvm.org.apache.spark.sql.Column(args.apply(j)))
+                for j in range(args.size())
+            ]
+            found.append((fn, cols, bool(node.isDistinct()), whole))
+        try:
+            children = node.children()
+            below = [children.apply(j) for j in range(children.size())]
+        except Exception:  # a node without children
+            below = []
+        for child in below:
+            visit(child, False)
+
+    visit(jc.node(), True)
+    return found
 
 
 def _call(col: Column) -> tuple[str, Column] | None:
@@ -441,11 +599,18 @@ def _merge_partials(
     # A lazy checkpoint: the job that reads the results (egress, as a rule) computes it, and the
     # open windows' state is a selection over it, without a job of its own (the epoch computes
     # it at its end if no job read it: engine.rows.Checkpoints.release_all_but)
+    expansions = {p for m in merges for p in m.expansions}
+    if expansions:  # short again: one row of partials per window and group stays small
+        merged = merged.select(
+            *(compress_column(F.col(c)).alias(c) if c in expansions else c for c in merged.columns)
+        )
     merged = checkpoint(merged, eager=False)
     done = "true" if c_last == MAX_TIME else f"{_WS} + {spec.size} <= {c_last}"
-    names = sql_names([name for name, _ in spec.aggregates])
-    finals = [f"{m.final} AS {n}" for m, n in zip(merges, names, strict=True)]
-    complete = merged.filter(done).selectExpr(_WS, *keys, *finals)
+    finals = [
+        (F.expr(m.final) if isinstance(m.final, str) else m.final).alias(name)
+        for m, (name, _) in zip(merges, spec.aggregates, strict=True)
+    ]
+    complete = merged.filter(done).select(_WS, *(F.col(k) for k in keys), *finals)
     still_open = None if c_last == MAX_TIME else merged.filter(f"NOT ({done})")
     return complete, still_open
 
@@ -516,7 +681,9 @@ def _first_at_or_above(rows: DataFrame, ctis: DataFrame, key: str | None, name: 
 # -- partial aggregates computed where the input is scanned ---------------------------------------
 
 #: Arrow's aggregation of a partial column in one batch, and how partials of batches merge
-_ARROW = {**_SAME, "count_all": "sum"}
+_ARROW = {**_SAME, "count_all": "sum", "exact": "list"}
+#: Arrow's aggregation of a partial column's argument in one batch, where it is not the same name
+_BATCH = {"count_all": "count", "exact": "list"}
 _MIN_MAX_TYPES = (IntegralType, DateType, TimestampType, TimestampNTZType, StringType)
 _KEY_TYPES = (IntegralType, DateType, TimestampType, TimestampNTZType, StringType, BooleanType)
 
@@ -590,16 +757,21 @@ def push_window(
         if fn == "count":
             columns.append((p, "count", name, False, False))
             fields.add(p, LongType())
-        elif fn == "sum" and numeric:
-            whole = isinstance(typ, IntegralType)
-            columns.append((p, "sum", name, False, whole and ansi))
-            fields.add(p, LongType() if whole else DoubleType())
+        elif fn == "sum" and isinstance(typ, IntegralType):
+            columns.append((p, "sum", name, False, ansi))
+            fields.add(p, LongType())
+        elif fn == "sum" and numeric:  # over doubles: exact (engine.exact)
+            columns.append((p, "exact", name, True, False))
+            fields.add(p, ArrayType(DoubleType()))
         elif fn in ("min", "max") and isinstance(typ, _MIN_MAX_TYPES) and _bytewise(typ):
             columns.append((p, fn, name, False, False))
             fields.add(p, typ)
         elif fn in ("avg", "mean") and numeric:
-            columns += [(f"{p}s", "sum", name, True, False), (f"{p}n", "count", name, False, False)]
-            fields.add(f"{p}s", DoubleType()).add(f"{p}n", LongType())
+            columns += [
+                (f"{p}s", "exact", name, True, False),
+                (f"{p}n", "count", name, False, False),
+            ]
+            fields.add(f"{p}s", ArrayType(DoubleType())).add(f"{p}n", LongType())
         else:
             return None
     return PushedWindow(
@@ -672,14 +844,23 @@ def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> A
         if fn == "count_all":
             aggregations.append((f"{p}__in", "count", pc.CountOptions(mode="all")))
         else:
-            aggregations.append((f"{p}__in", fn))
+            aggregations.append((f"{p}__in", _BATCH.get(fn, fn)))
         if whole:
             data[f"{p}__fin"] = source.cast(pa.decimal128(38, 0))
             aggregations.append((f"{p}__fin", "sum"))
     out = pa.table(data).group_by([_WS, *pushed.keys], use_threads=False).aggregate(aggregations)
-    names = {f"{p}__in_{'count' if fn == 'count_all' else fn}": p for p, fn, *_ in pushed.columns}
+    names = {f"{p}__in_{_BATCH.get(fn, fn)}": p for p, fn, *_ in pushed.columns}
     names.update({f"{p}__fin_sum": f"{p}__f" for p, *_, whole in pushed.columns if whole})
-    return out.rename_columns([names.get(n, n) for n in out.column_names])
+    return _compressed(pushed, out.rename_columns([names.get(n, n) for n in out.column_names]))
+
+
+def _compressed(pushed: PushedWindow, table: Any) -> Any:
+    """``table`` with its exact sums' lists of values as short expansions (engine.exact)."""
+    for p, fn, *_ in pushed.columns:
+        if fn == "exact":
+            at = table.column_names.index(p)
+            table = table.set_column(at, p, compress_lists(table.column(p)))
+    return table
 
 
 def merge_pushed(pushed: PushedWindow, tables: list[Any], arrow_schema: Any) -> Any:
@@ -697,7 +878,9 @@ def merge_pushed(pushed: PushedWindow, tables: list[Any], arrow_schema: Any) -> 
         table = table.group_by([_WS, *pushed.keys], use_threads=False).aggregate(aggregations)
         names = {f"{p}_{_ARROW[fn]}": p for p, fn, *_ in pushed.columns}
         names.update({f"{f}_sum": f for f in shadows})
-        table = table.rename_columns([names.get(n, n) for n in table.column_names])
+        table = _compressed(
+            pushed, table.rename_columns([names.get(n, n) for n in table.column_names])
+        )
     for p, _, arg, _, whole in pushed.columns:
         if not whole or table.num_rows == 0:
             continue

@@ -18,6 +18,10 @@ from .interpreter import (
     Union,
     Where,
     Window,
+    double_avg,
+    double_stddev,
+    double_sum,
+    double_variance,
     run_reference,
 )
 
@@ -39,5 +43,9 @@ __all__ = [
     "Union",
     "Where",
     "Window",
+    "double_avg",
+    "double_stddev",
+    "double_sum",
+    "double_variance",
     "run_reference",
 ]

@@ -87,9 +87,12 @@ stop flush, i.e. what the engine must have delivered before it failed.
 
 from __future__ import annotations
 
+import decimal
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from adapters.base import ItemKind, SourceItem
@@ -261,6 +264,119 @@ class Snapshot:
     child: Node
     keys: tuple[str, ...]
     aggregates: tuple[tuple[str, Callable[[list[dict]], Any]], ...]
+
+
+# -- aggregates over doubles (§4: repeatable; docs/decisions.md "Doubles") ------------------------
+# An aggregate is a function of the window's (or snapshot's) member payloads. Over doubles the
+# engine's sum, avg / mean and variance family are these: the exact value of the mathematical
+# formula over the non-null values, as a rational number, then the double nearest to it (ties to
+# even; beyond the doubles an infinity; a zero is +0.0). Exact values do not depend on the order
+# of the values, so no cut into epochs, partitions or tasks can change a bit. Special values: a
+# NaN, or both infinities, give NaN, one infinity that infinity (the variance family: NaN for any
+# of them). No value gives None, and so does a sample variance or deviation of one value.
+
+
+def _values(rows: list[dict], column: str) -> list[float]:
+    return [float(r[column]) for r in rows if r[column] is not None]
+
+
+def _special(xs: list[float]) -> float | None:
+    """NaN, an infinity, or None when every value is finite."""
+    if any(math.isnan(x) for x in xs) or (math.inf in xs and -math.inf in xs):
+        return math.nan
+    return next((x for x in xs if math.isinf(x)), None)
+
+
+def _nearest(q: Fraction) -> float:
+    try:
+        return float(q) + 0.0  # int / int in Python is correctly rounded; + 0.0 makes -0.0 0.0
+    except OverflowError:
+        return math.inf if q > 0 else -math.inf
+
+
+def double_sum(column: str) -> Callable[[list[dict]], float | None]:
+    """``F.sum(column)`` over doubles: the double nearest to the exact sum."""
+
+    def total(rows: list[dict]) -> float | None:
+        xs = _values(rows, column)
+        if not xs:
+            return None
+        special = _special(xs)
+        return special if special is not None else _nearest(sum(map(Fraction, xs), Fraction(0)))
+
+    return total
+
+
+def double_avg(column: str) -> Callable[[list[dict]], float | None]:
+    """``F.avg(column)`` / ``F.mean(column)``: the double nearest to exact sum / count."""
+
+    def mean(rows: list[dict]) -> float | None:
+        xs = _values(rows, column)
+        if not xs:
+            return None
+        special = _special(xs)
+        if special is not None:
+            return special
+        return _nearest(sum(map(Fraction, xs), Fraction(0)) / len(xs))
+
+    return mean
+
+
+def _variance(xs: list[float], ddof: int) -> Fraction | float | None:
+    """The exact variance: sum of squared deviations from the exact mean / (n - ddof)."""
+    if len(xs) <= ddof or not xs:
+        return None
+    if _special(xs) is not None:
+        return math.nan
+    exact = [Fraction(x) for x in xs]
+    mean = sum(exact, Fraction(0)) / len(exact)
+    return sum(((x - mean) ** 2 for x in exact), Fraction(0)) / (len(exact) - ddof)
+
+
+def double_variance(column: str, ddof: int = 1) -> Callable[[list[dict]], float | None]:
+    """``F.var_samp`` / ``F.variance`` (``ddof=1``), ``F.var_pop`` (``ddof=0``): the double
+    nearest to the exact variance."""
+
+    def variance(rows: list[dict]) -> float | None:
+        v = _variance(_values(rows, column), ddof)
+        return v if v is None or isinstance(v, float) else _nearest(v)
+
+    return variance
+
+
+def double_stddev(column: str, ddof: int = 1) -> Callable[[list[dict]], float | None]:
+    """``F.stddev`` / ``F.stddev_samp`` / ``F.std`` (``ddof=1``), ``F.stddev_pop`` (``ddof=0``):
+    the double nearest to the square root of the exact variance."""
+
+    def stddev(rows: list[dict]) -> float | None:
+        v = _variance(_values(rows, column), ddof)
+        if v is None or isinstance(v, float):
+            return v
+        return _sqrt_nearest(v)
+
+    return stddev
+
+
+def _sqrt_nearest(v: Fraction) -> float:
+    """The double nearest to sqrt(v): a close guess, moved to the doubles a <= sqrt(v) < b
+    around it, then the one on sqrt(v)'s side of their midpoint m (sqrt(v) < m iff v < m**2)."""
+    if v == 0:
+        return 0.0
+    with decimal.localcontext() as ctx:
+        ctx.prec = 40
+        guess = float((decimal.Decimal(v.numerator) / decimal.Decimal(v.denominator)).sqrt())
+    a = guess
+    while Fraction(a) ** 2 > v:
+        a = math.nextafter(a, 0.0)
+    while Fraction(math.nextafter(a, math.inf)) ** 2 <= v:
+        a = math.nextafter(a, math.inf)
+    b = math.nextafter(a, math.inf)
+    if math.isinf(b):
+        return a
+    m = (Fraction(a) + Fraction(b)) / 2
+    if v != m * m:
+        return b if v > m * m else a
+    return a if math.frexp(a)[0] * 2**53 % 2 == 0 else b  # a tie: the even one
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,240 @@
+"""Aggregates over doubles are repeatable (semantics §4): ``sum``, ``avg`` and the variance family
+are computed exactly and rounded once (engine.exact, docs/decisions.md "Doubles"), so any cut of
+the input into epochs gives the same bits, the reference interpreter's."""
+
+from __future__ import annotations
+
+import math
+import random
+from fractions import Fraction
+
+import pytest
+from pyspark.sql import functions as F
+
+from adapters.memory import EventScript
+from engine import (
+    AdvanceTimeGenerationSettings,
+    AdvanceTimeSettings,
+    EventKind,
+    EventShape,
+    QueryBuildError,
+    edge_end,
+    edge_start,
+    interval,
+    point,
+)
+from tests.harness import In, spark_run
+from tests.reference import (
+    Binding,
+    Input,
+    Join,
+    Window,
+    double_avg,
+    double_stddev,
+    double_sum,
+    double_variance,
+    run_reference,
+)
+
+EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # a CTI at each start
+SCHEMA = "k bigint, v double"
+
+
+AGGREGATES = {  # (Spark Columns, made in a test: they need the session; the reference's)
+    # partial aggregates, carried between epochs
+    "partials": (
+        lambda: {"s": F.sum("v"), "a": F.avg("v")},
+        (("s", double_sum("v")), ("a", double_avg("v"))),
+    ),
+    # aggregates that do not merge: every value of a window summed at once
+    "events": (
+        lambda: {"a": F.mean("v"), "d": F.stddev("v"), "p": F.var_pop("v")},
+        (("a", double_avg("v")), ("d", double_stddev("v")), ("p", double_variance("v", 0))),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("aggregates", "where", "shape"),
+    [
+        ("partials", "scan", EventShape.POINT),
+        ("partials", "spark", EventShape.INTERVAL),
+        ("events", "spark", EventShape.INTERVAL),
+    ],
+)
+def test_doubles_aggregate_to_the_same_bits_in_1_4_and_20_epochs(app, aggregates, where, shape):
+    # 80 events of two keys, values of magnitudes 1e-3 .. 1e3 and both signs: naive sums of a
+    # window's values differ in their last bits with the order they are added in. Partial
+    # aggregates are computed by the input's scan ("scan": the window reads the input) or by
+    # Spark after a where ("spark"), and carried between epochs.
+    rnd = random.Random(7)
+    script = EventScript()
+    for i in range(80):
+        t = i // 2
+        payload = {"k": i % 2, "v": rnd.uniform(-1, 1) * 10 ** rnd.randint(-3, 3)}
+        event = interval(t, t + 7, payload) if shape is EventShape.INTERVAL else point(t, payload)
+        script.insert("a", event)
+    columns, reference = AGGREGATES[aggregates]
+    plan = Window(Input("a"), 10, 5, ("k",), reference)
+    expected = run_reference(script, [Binding("a", EVERY, ("k", "v"))], plan, EventShape.INTERVAL)
+    assert sum(e.kind is EventKind.INSERT for e in expected.output) >= 16
+    inputs = {"a": In(shape, EVERY, SCHEMA)}
+
+    def build(s):
+        stream = s["a"] if where == "scan" else s["a"].where(F.col("k") >= 0)
+        return stream.hopping_window(10, 5).group_by("k").aggregate(**columns())
+
+    for epochs, trace in ((1, False), (4, False), (20, False), (4, True)):
+        out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, epochs, trace)
+        assert out == expected.output, f"epochs={epochs}, traced={trace}"
+
+
+HAND = {
+    "partials": lambda: {"s": F.sum("v"), "a": F.avg("v")},
+    "events": lambda: {"s": F.sum("v"), "a": F.avg("v"), "d": F.stddev("v"), "p": F.var_pop("v")},
+}
+
+
+@pytest.mark.parametrize("aggregates", sorted(HAND))
+@pytest.mark.parametrize("epochs", [1, [1, 2, 3, 4]])
+def test_a_sum_that_cancels_is_exact_and_an_average_does_not_overflow(app, aggregates, epochs):
+    # Key 0 holds 1e16, 1.0, -1e16 (in this arrival order). Left to right: 1e16 + 1.0 is
+    # 10000000000000001, not a double (the doubles there are 2 apart); the tie rounds to the even
+    # 1e16; 1e16 - 1e16 = 0.0. The exact sum is 1.0, a double: sum = 1.0. avg: the double
+    # nearest 1/3, 0.3333333333333333. Deviations from the mean 1/3: 1e16 - 1/3, 2/3,
+    # -1e16 - 1/3; their squares add to 2e32 + 2/9 + 4/9 = 2e32 + 2/3. stddev (sample): the
+    # double nearest sqrt((2e32 + 2/3) / 2) = sqrt(1e32 + 1/3) = 1e16 + 1.7e-17, i.e. 1e16.
+    # var_pop: the double nearest (2e32 + 2/3) / 3 = (6e32 + 2) / 9.
+    # Key 1 holds 1.7e308 twice: the sum 3.4e308 lies beyond the largest double (1.797e308):
+    # sum = inf; avg = 3.4e308 / 2 = 1.7e308 exactly (a sum in doubles first gives inf / 2 = inf);
+    # stddev and var_pop: 0.0.
+    script = EventScript()
+    for t, k, v in ((1, 0, 1e16), (2, 0, 1.0), (3, 0, -1e16), (4, 1, 1.7e308), (5, 1, 1.7e308)):
+        script.insert("a", point(t, {"k": k, "v": v}))
+    script.cti("a", 10)
+    inputs = {"a": In(EventShape.POINT, EVERY, SCHEMA)}
+
+    def build(s):
+        return s["a"].tumbling_window(10).group_by("k").aggregate(**HAND[aggregates]())
+
+    out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, epochs)
+    by_hand = {
+        0: {"s": 1.0, "a": 0.3333333333333333, "d": 1e16, "p": float(Fraction(6 * 10**32 + 2, 9))},
+        1: {"s": math.inf, "a": 1.7e308, "d": 0.0, "p": 0.0},
+    }
+    got = [e.payload for e in out if e.kind is EventKind.INSERT]
+    assert got == [{"k": k, **{n: by_hand[k][n] for n in HAND[aggregates]()}} for k in (0, 1)]
+
+
+def test_an_expansion_keeps_the_exact_sum_of_values_and_of_expansions_merged():
+    from engine.exact import expansion, rounded_mean, rounded_moment, rounded_sum
+
+    # 1e16 + 1.0 - 1e16 is exactly 1.0 (see above); 1e308 + 1e308 - 1e308 is 1e308 although a
+    # running sum in doubles overflows on the way (math.fsum raises there: summed in rationals).
+    assert expansion([1e16, 1.0, -1e16]) == [1.0]
+    assert expansion([1e308, 1e308, -1e308]) == [1e308]
+    # 0.1 + 0.2 needs two doubles: 0.30000000000000004 and the remainder -2.7755575615628914e-17
+    # (0.1 + 0.2 = 0.3000000000000000166533453693773481063544750213623046875 exactly)
+    both = expansion([0.1, 0.2])
+    assert both == [0.30000000000000004, -2.7755575615628914e-17]
+    assert Fraction(both[0]) + Fraction(both[1]) == Fraction(0.1) + Fraction(0.2)
+    # merged in any grouping, the same rounded results
+    assert rounded_sum(expansion([*expansion([0.1]), *expansion([0.2, 0.3])])) == 0.6
+    assert rounded_sum(expansion([*expansion([0.1, 0.2]), *expansion([0.3])])) == 0.6
+    assert 0.1 + 0.2 + 0.3 == 0.6000000000000001  # the naive sum, left to right
+    assert rounded_mean([0.6], 3) == 0.19999999999999998  # the double nearest 0.6 / 3
+    assert (expansion([]), rounded_sum([]), rounded_mean([], 0)) == ([], None, None)
+    assert expansion([-0.0]) == [0.0] and rounded_sum([0.0]) == 0.0
+    assert math.isnan(rounded_sum(expansion([math.inf, 1.0, -math.inf])))
+    assert rounded_sum(expansion([math.inf, 1.0])) == math.inf
+    # sqrt(2) rounded once: stddev_pop of -1, 1 is sqrt(1) = 1; of 0, 2, 4 (sample) sqrt(4) = 2
+    assert rounded_moment([-1.0, 1.0], 0, True) == 1.0
+    assert rounded_moment([0.0, 2.0, 4.0], 1, True) == 2.0
+    assert rounded_moment([0.0, 1.0], 1, True) == math.sqrt(0.5)  # 0.5 is exact: sqrt rounds once
+    assert rounded_moment([5.0], 1, True) is None and rounded_moment([5.0], 0, False) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("column", "what"),
+    [
+        (lambda: F.avg("v") / F.count("*"), "avg(...), inside an expression,"),
+        (lambda: F.sum_distinct("v"), "sum(DISTINCT ...)"),
+        (lambda: F.skewness("v"), "skewness(...)"),
+    ],
+)
+def test_an_aggregate_of_doubles_that_would_depend_on_the_order_is_refused(app, column, what):
+    script = EventScript()
+    script.insert("a", point(1, {"k": 0, "v": 0.5}))
+    inputs = {"a": In(EventShape.POINT, EVERY, SCHEMA)}
+
+    def build(s):
+        return s["a"].tumbling_window(10).aggregate(x=column())
+
+    with pytest.raises(QueryBuildError) as got:
+        spark_run(app, script, inputs, build, EventShape.INTERVAL)
+    message = str(got.value)
+    assert message.startswith(f"tumbling_window(10).aggregate(x=...): {what} adds floating-point")
+    assert "semantics §4" in message and "Fix: aggregate the sum or average alone" in message
+    assert "__" not in message  # no internal column
+
+
+def test_an_expression_over_an_integer_sum_is_accepted(app):
+    script = EventScript()
+    script.insert("a", point(1, {"k": 3, "v": 0.5}))
+    script.insert("a", point(2, {"k": 4, "v": 0.25}))
+    inputs = {"a": In(EventShape.POINT, EVERY, SCHEMA)}
+
+    def build(s):
+        return s["a"].tumbling_window(10).aggregate(x=F.sum("k") * 2, m=F.max("v"))
+
+    out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL)
+    assert [e.payload for e in out if e.kind is EventKind.INSERT] == [{"x": 14, "m": 0.5}]
+
+
+@pytest.mark.parametrize("pushed", [False, True])
+def test_a_window_over_a_join_sums_doubles_exactly_in_any_epochs(app, pushed):
+    # The join hands the window its pairs' partial aggregates (``pushed``: aggregates of
+    # columns) or its pairs (an expression); the values cancel only when summed exactly:
+    # key 1's window [0, 10) holds v = 1e16, 1.0, -1e16 (sum 1.0, left to right 0.0).
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+    script = EventScript()
+    script.insert("b", edge_start(0, {"k": 1, "w": 0.1}))
+    script.insert("a", interval(1, 4, {"k": 1, "v": 1e16}))
+    script.insert("a", interval(2, 5, {"k": 1, "v": 1.0}))
+    script.cti("b", 3)
+    script.insert("a", interval(3, 6, {"k": 1, "v": -1e16}))
+    script.insert("b", edge_end(0, 12, {"k": 1, "w": 0.1}))
+    script.insert("a", interval(11, 13, {"k": 1, "v": 0.2}))
+    script.insert("a", interval(12, 14, {"k": 1, "v": 0.3}))
+    script.cti("a", 30)
+    script.cti("b", 30)
+    bindings = [Binding("a", explicit, ("k", "v")), Binding("b", explicit, ("k", "w"))]
+    # The pairs: a's [1, 4), [2, 5), [3, 6) with b's [0, 12) in window [0, 10); [11, 13) gives
+    # [11, 12) in [10, 20); [12, 14) meets nothing.
+    if pushed:  # sum(v): 1e16 + 1.0 - 1e16 = 1.0 exactly (0.0 left to right); then 0.2
+        reference = (("s", double_sum("v")), ("a", double_avg("w")))
+        by_hand = [{"k": 1, "s": 1.0, "a": 0.1}, {"k": 1, "s": 0.2, "a": 0.1}]
+    else:
+        # sum(v + w): each pair's v + w is one double: 1e16 + 0.1 = 1e16 (the doubles there are 2
+        # apart), 1.0 + 0.1 = 1.1, -1e16 + 0.1 = -1e16; their exact sum is 1.1 (left to right:
+        # 1e16 + 1.1 rounds to 1e16 + 2, minus 1e16 gives 2.0); then 0.2 + 0.1 =
+        # 0.30000000000000004
+        reference = (("s", lambda rows: double_sum("x")([{"x": r["v"] + r["w"]} for r in rows])),)
+        by_hand = [{"k": 1, "s": 1.1}, {"k": 1, "s": 0.30000000000000004}]
+    plan = Window(Join(Input("a"), Input("b"), ("k",)), 10, 10, ("k",), reference)
+    expected = run_reference(script, bindings, plan, EventShape.INTERVAL).output
+    assert [e.payload for e in expected if e.kind is EventKind.INSERT] == by_hand
+    inputs = {
+        "a": In(EventShape.INTERVAL, explicit, SCHEMA),
+        "b": In(EventShape.EDGE, explicit, "k bigint, w double"),
+    }
+
+    def build(s):
+        joined = s["a"].join(s["b"], on="k").tumbling_window(10).group_by("k")
+        if pushed:
+            return joined.aggregate(s=F.sum("v"), a=F.avg("w"))
+        return joined.aggregate(s=F.sum(F.col("v") + F.col("w")))
+
+    for epochs in (1, [3], [2, 5, 8]):
+        out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, epochs)
+        assert out == expected, f"epochs={epochs}"
