@@ -98,7 +98,8 @@ from adapters.base import (
     OutputAdapterFactory,
     SourceItem,
 )
-from engine.errors import MalformedRecordError, QueryBuildError
+from engine.checkpoint import DamagedFile, read_checked, write_checked
+from engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
 from engine.events import Event, EventKind, EventShape, cti
 from engine.schema import infer_payload_schema
 from engine.settings import AdapterAdvanceTimeSettings
@@ -1044,7 +1045,8 @@ class FileOutputAdapter(OutputAdapter):
 
     Durability: :meth:`deliver` appends the epoch's rows, flushes and fsyncs the file, then writes
     the sidecar ``<path>.epoch`` = ``{"epoch": N, "bytes": L}`` (L = the data file's length after
-    epoch N) atomically (temporary file, fsync, rename, fsync of the directory). An epoch at or
+    epoch N) atomically and behind a checksum (:func:`engine.checkpoint.write_checked`); a damaged
+    sidecar is an error naming it and the fix (semantics §9). An epoch at or
     below the sidecar's is skipped. If the process dies between the data and the sidecar, the file
     holds a tail the sidecar does not cover: a whole or torn epoch. Creating the adapter (and every
     :meth:`deliver`) truncates the file back to ``L``, and the engine redelivers that epoch, so the
@@ -1156,10 +1158,17 @@ class FileOutputAdapter(OutputAdapter):
 
     def _read_sidecar(self) -> tuple[int | None, int] | None:
         try:
-            with open(self._sidecar, encoding="utf-8") as f:
-                text = f.read()
+            text = read_checked(self._sidecar).decode("utf-8")
         except FileNotFoundError:
             return None
+        except DamagedFile as e:
+            raise CheckpointDamageError(
+                f"the progress record {self._sidecar!r} of output file {self._path!r} "
+                f"{e.problem}; expected the record of what the file holds. Fix: delete the "
+                f"record only, keeping {self._path!r}: a query with a checkpoint directory then "
+                "delivers what its commit log does not record as delivered; a query without one "
+                "appends its output after what the file holds"
+            ) from None
         try:
             state = json.loads(text)
             epoch, length = state["epoch"], state["bytes"]
@@ -1174,26 +1183,7 @@ class FileOutputAdapter(OutputAdapter):
         return epoch, length
 
     def _write_sidecar(self, epoch: int | None, length: int) -> None:
-        tmp = self._sidecar + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"epoch": epoch, "bytes": length}))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._sidecar)
-        _fsync_dir(os.path.dirname(os.path.abspath(self._sidecar)))
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
+        write_checked(self._sidecar, json.dumps({"epoch": epoch, "bytes": length}))
 
 
 class FileOutputFactory(OutputAdapterFactory[FileOutputConfig]):

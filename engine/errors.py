@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointDamageError",
     "CtiViolationError",
     "EngineError",
     "MalformedRecordError",
@@ -41,3 +42,9 @@ class CtiViolationError(EngineError):
             "AdvanceTimeSettings(..., policy=AdvanceTimePolicy.DROP or ADJUST), or make the source "
             "respect its CTIs. Everything before this event was delivered."
         )
+
+
+class CheckpointDamageError(EngineError):
+    """A checkpoint file that a restart needs is missing or damaged and nothing can stand in for
+    it (semantics §9: damage is detected, never silently used). The message names the file and
+    the fix; the query computed and delivered nothing from it."""

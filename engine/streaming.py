@@ -27,7 +27,7 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from engine._spark import settle_driver
-from engine.checkpoint import CheckpointDir
+from engine.checkpoint import CheckpointDir, warn_damage
 from engine.errors import QueryBuildError
 from engine.plan import walk
 from engine.rows import POS, release
@@ -70,6 +70,7 @@ class Streamer:
         self.done: dict[int, bool] = {}  # bounded inputs already read
         self.floor = MIN_TIME  # the largest arrival stamp of every epoch so far
         self.stopped = False
+        self.committed: int | None = None  # the last epoch the commit log records as delivered
         self._thread: threading.Thread | None = None
         self._halt = threading.Event()
         self.error: BaseException | None = None
@@ -132,13 +133,14 @@ class Streamer:
                 s["done"],
                 s["floor"],
             )
-        logged = self.dir.offsets()
-        replay = sorted(k for k in logged if k >= self.epoch)
+        replay = self.dir.replay(self.epoch)
+        self.committed = self.dir.committed()
         if replay:
-            log.info("query %s: replaying epochs %s..%s", rt.name, replay[0], replay[-1])
-        for k in replay:
-            self._execute(k, logged[k])
-            if logged[k].get("stop"):
+            log.info("query %s: replaying epochs %s..%s", rt.name, replay[0][0], replay[-1][0])
+            _check_progress(rt, self.dir, self.committed)
+        for k, entry in replay:
+            self._execute(k, entry)
+            if entry.get("stop"):
                 self.stopped = True
 
     # -- epochs --------------------------------------------------------------------------------
@@ -214,7 +216,7 @@ class Streamer:
             )
         try:
             cut = _cut(raws, ranges)
-            delivered = rt.output.delivered_through()
+            delivered = _at_least(rt.output.delivered_through(), self.committed)
             as_read = [i for i in raws if str(i) not in plan.get("ctis", {})]
             rt.run_epoch(k, raws, None, cut, plan["stop"], delivered, as_read)
             resume: dict[int, dict[int, int]] = {}
@@ -296,6 +298,28 @@ class Streamer:
                 self.step(stopping=flush)
         finally:
             self.rt.output.close()
+
+
+def _check_progress(rt: Any, ckpt: CheckpointDir, committed: int | None) -> None:
+    """Warn when the output reports less delivered than the commit log records: its progress
+    record was lost or damaged, or it is a new output (§9). The epochs the commit log records
+    are not delivered to it again."""
+    if committed is None:
+        return
+    delivered = rt.output.delivered_through()
+    if delivered is None or delivered < committed:
+        warn_damage(
+            f"query {rt.name!r}: its output reports "
+            f"{'nothing' if delivered is None else f'epochs through {delivered}'} delivered, but "
+            f"the commit log {str(ckpt.commit_path(committed))!r} records epochs through "
+            f"{committed} delivered: the output's progress record was lost or damaged, or the "
+            "output is new. Those epochs are not delivered to it again"
+        )
+
+
+def _at_least(delivered: int | None, committed: int | None) -> int | None:
+    """The last epoch delivered: by the output's own account or by the commit log's."""
+    return max((d for d in (delivered, committed) if d is not None), default=None)
 
 
 def _cut(raws: dict[int, Any], ranges: dict[int, list[Any]]) -> int | None:

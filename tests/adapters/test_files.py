@@ -27,7 +27,8 @@ from adapters.files import (
     FileOutputConfig,
     FileOutputFactory,
 )
-from engine.errors import MalformedRecordError, QueryBuildError
+from engine.checkpoint import read_checked
+from engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
 from engine.events import EventShape, cti, edge_end, edge_start, interval, point
 from engine.settings import AdapterAdvanceTimeSettings, AdvanceTimeGenerationSettings
 from engine.temporal import MAX_TIME
@@ -735,7 +736,8 @@ def test_deliver_of_an_epoch_already_delivered_is_skipped(tmp_path: Path) -> Non
     assert out.read_bytes() == once
     restarted.deliver(1, [])
     assert restarted.delivered_through() == 1
-    assert json.loads(Path(str(out) + ".epoch").read_text()) == {"epoch": 1, "bytes": len(once)}
+    record = json.loads(read_checked(str(out) + ".epoch"))
+    assert record == {"epoch": 1, "bytes": len(once)}
 
 
 def test_a_torn_tail_is_truncated_when_the_adapter_is_created(tmp_path: Path) -> None:
@@ -766,6 +768,25 @@ def test_an_output_file_shorter_than_its_sidecar_is_an_error(tmp_path: Path) -> 
     os.truncate(out, 10)
     with pytest.raises(ValueError, match=r"records .* bytes delivered.*delete both files"):
         FileOutputFactory().create(cfg, EventShape.INTERVAL)
+
+
+def test_a_sidecar_changed_on_disk_is_refused_and_the_file_left_alone(tmp_path: Path) -> None:
+    # A sidecar whose byte count lost one (still valid JSON) made the adapter cut the output's
+    # last byte without a word; its checksum now catches it (semantics §9).
+    out = tmp_path / "out.jsonl"
+    cfg = FileOutputConfig(path=str(out))
+    FileOutputFactory().create(cfg, EventShape.INTERVAL).deliver(0, OUTPUT_ITEMS)
+    once = out.read_bytes()
+    sidecar = Path(str(out) + ".epoch")
+    count = f'"bytes": {len(once)}'.encode()
+    assert count in sidecar.read_bytes()
+    sidecar.write_bytes(sidecar.read_bytes().replace(count, f'"bytes": {len(once) - 1}'.encode()))
+    with pytest.raises(CheckpointDamageError) as refused:
+        FileOutputFactory().create(cfg, EventShape.INTERVAL)
+    assert str(sidecar) in str(refused.value) and "Fix: delete the record only" in str(
+        refused.value
+    )
+    assert out.read_bytes() == once
 
 
 def test_existing_content_without_a_sidecar_is_kept(tmp_path: Path) -> None:
