@@ -1046,8 +1046,8 @@ class FileOutputAdapter(OutputAdapter):
     Durability: :meth:`deliver` appends the epoch's rows, flushes and fsyncs the file, then writes
     the sidecar ``<path>.epoch`` = ``{"epoch": N, "bytes": L}`` (L = the data file's length after
     epoch N) atomically and behind a checksum (:func:`engine.checkpoint.write_checked`); a damaged
-    sidecar is an error naming it and the fix (semantics §9). An epoch at or
-    below the sidecar's is skipped. If the process dies between the data and the sidecar, the file
+    sidecar is an error naming it and the fix (semantics §9). An epoch at or below the sidecar's
+    is skipped. If the process dies between the data and the sidecar, the file
     holds a tail the sidecar does not cover: a whole or torn epoch. Creating the adapter (and every
     :meth:`deliver`) truncates the file back to ``L``, and the engine redelivers that epoch, so the
     file ends up with every epoch exactly once. Until then a reader of the file may see that tail:
