@@ -99,7 +99,8 @@ from adapters.base import (
     Progress,
     SourceItem,
 )
-from engine.errors import MalformedRecordError, QueryBuildError
+from engine.checkpoint import DamagedFile, read_checked, write_checked
+from engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
 from engine.events import Event, EventKind, EventShape, cti
 from engine.schema import infer_payload_schema
 from engine.settings import AdapterAdvanceTimeSettings
@@ -1056,15 +1057,17 @@ class FileOutputAdapter(OutputAdapter):
 
     Durability: :meth:`deliver` appends the rows, flushes and fsyncs the file, then writes the
     sidecar ``<path>.epoch`` = ``{"epoch": N, "items": n, "bytes": L}`` (n = the items of epoch N
-    in the file, L = the data file's length after them) atomically (temporary file, fsync, rename,
-    fsync of the directory). If the process dies between the data and the sidecar, the file holds
-    a tail the sidecar does not cover: whole or torn rows. Creating the adapter (and every
-    :meth:`deliver`) truncates the file back to ``L``, and the engine delivers those items again,
-    so the file ends up with every item exactly once; an epoch that failed part-way is completed
-    the same way after the restart. Until then a reader of the file may see that tail: readers
-    that must see committed rows only should read the first ``L`` bytes. Without a sidecar the
-    adapter starts one at the file's current length (existing content is kept). To start over,
-    delete both files: a sidecar left behind makes a new query skip the epochs it records.
+    in the file, L = the data file's length after them) atomically and behind a checksum
+    (:func:`engine.checkpoint.write_checked`: temporary file, fsync, rename, fsync of the
+    directory); a damaged sidecar is an error naming it and the fix (semantics §9). If the process
+    dies between the data and the sidecar, the file holds a tail the sidecar does not cover: whole
+    or torn rows. Creating the adapter (and every :meth:`deliver`) truncates the file back to
+    ``L``, and the engine delivers those items again, so the file ends up with every item exactly
+    once; an epoch that failed part-way is completed the same way after the restart. Until then a
+    reader of the file may see that tail: readers that must see committed rows only should read
+    the first ``L`` bytes. Without a sidecar the adapter starts one at the file's current length
+    (existing content is kept). To start over, delete both files: a sidecar left behind makes a
+    new query skip the epochs it records.
     """
 
     def __init__(self, config: FileOutputConfig, shape: EventShape) -> None:
@@ -1179,17 +1182,21 @@ class FileOutputAdapter(OutputAdapter):
 
     def _read_sidecar(self) -> tuple[Progress | None, int] | None:
         try:
-            with open(self._sidecar, encoding="utf-8") as f:
-                text = f.read()
+            text = read_checked(self._sidecar).decode("utf-8")
         except FileNotFoundError:
             return None
+        except DamagedFile as e:
+            raise CheckpointDamageError(
+                f"the progress record {self._sidecar!r} of output file {self._path!r} "
+                f"{e.problem}; expected the record of what the file holds. Fix: delete the "
+                f"record only, keeping {self._path!r}: a query with a checkpoint directory then "
+                "delivers what its commit log does not record as delivered; a query without one "
+                "appends its output after what the file holds"
+            ) from None
         try:
             state = json.loads(text)
             epoch, length = state["epoch"], state["bytes"]
-            # a sidecar without "items" records its epoch as delivered whole
-            items = state.get("items")
-            if epoch is not None and items is None:
-                epoch, items = epoch + 1, 0
+            items = None if epoch is None else state["items"]
             if not (epoch is None or isinstance(epoch, int)) or not isinstance(length, int):
                 raise TypeError
             if epoch is not None and not isinstance(items, int):
@@ -1203,27 +1210,8 @@ class FileOutputAdapter(OutputAdapter):
         return (None if epoch is None else Progress(epoch, items)), length
 
     def _write_sidecar(self, done: Progress | None, length: int) -> None:
-        tmp = self._sidecar + ".tmp"
         state = {"epoch": None} if done is None else {"epoch": done.epoch, "items": done.items}
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps({**state, "bytes": length}))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._sidecar)
-        _fsync_dir(os.path.dirname(os.path.abspath(self._sidecar)))
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
+        write_checked(self._sidecar, json.dumps({**state, "bytes": length}))
 
 
 class FileOutputFactory(OutputAdapterFactory[FileOutputConfig]):

@@ -1,6 +1,7 @@
 """The temporal core: time, events, advance-time settings, errors; Spark operators underneath."""
 
 from engine.errors import (
+    CheckpointDamageError,
     CtiViolationError,
     HeldEventsWarning,
     MalformedRecordError,
@@ -39,6 +40,7 @@ __all__ = [
     "AdvanceTimeImportSettings",
     "AdvanceTimePolicy",
     "AdvanceTimeSettings",
+    "CheckpointDamageError",
     "CtiViolationError",
     "EdgeType",
     "Event",

@@ -5,34 +5,110 @@ Layout under the directory::
     offsets/<k>.json   written before epoch k runs: what epoch k reads (per input and partition
                        the offset range), the arrival floor, and whether it stops the query
     commits/<k>        written once epoch k's output was delivered
-    state/<k>/         the state after epoch k: ``state.json`` (numbers, the structure) and one
-                       Parquet directory per DataFrame of state (held events, pending output)
+    state/<k>/         the state after epoch k: ``state.json`` (numbers, the structure), one
+                       Parquet directory per DataFrame of state (held events, pending output) and
+                       ``manifest.json``, written last: every Parquet file with its size and
+                       SHA-256
 
 Every file is written to a temporary name and renamed, so a crash leaves either the old or the
 new version, never half of one. A restarted query loads the newest complete ``state/<k>`` and
 replays epochs ``k+1 ..`` exactly as their offset-log entries say, so their output is the same;
-outputs skip what they already delivered (:meth:`adapters.base.OutputAdapter.progress`).
+outputs skip the items they already hold (:meth:`adapters.base.OutputAdapter.progress`: an
+epoch and a count of its items); an output that reports nothing skips the epochs the commit log
+records as delivered.
+
+Damage is detected, never silently used (§9). Every file the engine writes here (and an output's
+progress record, :mod:`adapters.files`) goes through :func:`write_checked`, which puts a header
+with the body's SHA-256 and length in front of it; :func:`read_checked` verifies it. A snapshot is
+used only when its manifest and ``state.json`` verify and its directory holds exactly the files the
+manifest lists, each of the listed size and digest; otherwise the previous snapshot is restored,
+with a warning naming the damaged file, and its later epochs replayed from the offset log. An
+offset-log entry that a restart reads (those it replays, and the last one, which says whether the
+query stopped) and that is missing or damaged, or no intact snapshot at all, is a
+:class:`engine.errors.CheckpointDamageError` naming the file and the fix. A damaged commit marker
+is ignored with a warning (the output's own progress then decides what it still lacks).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import json
+import logging
 import os
 import shutil
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from engine.errors import QueryBuildError
+from engine.errors import CheckpointDamageError, QueryBuildError
 from engine.rows import checkpoint
 
-__all__ = ["CheckpointDir"]
+__all__ = ["CheckpointDir", "DamagedFile", "read_checked", "warn_damage", "write_checked"]
 
-_KEEP = 2  # state snapshots kept (the newest may be the one being written when a crash hits)
+log = logging.getLogger("ctistream.checkpoint")
+
+_KEEP = 2  # state snapshots kept: the newest, and the one restored when the newest is damaged
+_HEADER = b"#ctistream sha256="  # + 64 hex digits, " bytes=", the body's length, "\n"
+_MANIFEST = "manifest.json"
+_STATE = "state.json"
+_FIX_NEW = (
+    "or start the query with a new checkpoint directory (it reads its inputs from their start; "
+    "its outputs then need to start empty too)"
+)
+
+
+class DamagedFile(ValueError):
+    """A checked file is not what :func:`write_checked` wrote: ``problem`` says how."""
+
+    def __init__(self, path: Path | str, problem: str) -> None:
+        self.path, self.problem = str(path), problem
+        super().__init__(f"{str(path)!r} {problem}")
+
+
+def write_checked(path: Path | str, body: bytes | str) -> None:
+    """Write ``body`` to ``path`` behind a header with its SHA-256 and length (driver): to a
+    temporary name, fsync, rename, fsync of the directory, so a crash leaves the old file or the
+    new one. Read it back with :func:`read_checked`."""
+    data = body.encode("utf-8") if isinstance(body, str) else body
+    head = _HEADER + f"{hashlib.sha256(data).hexdigest()} bytes={len(data)}\n".encode()
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(head + data)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.rename(path)
+    _fsync_dir(path.parent)
+
+
+def read_checked(path: Path | str) -> bytes:
+    """The body :func:`write_checked` wrote to ``path``. Raises FileNotFoundError when the file
+    is missing and :class:`DamagedFile` when its header is gone or its body was cut short,
+    lengthened or changed."""
+    with open(path, "rb") as f:
+        data = f.read()
+    head, newline, body = data.partition(b"\n")
+    fields = head[len(_HEADER) :].split(b" bytes=")
+    if not (newline and head.startswith(_HEADER) and len(fields) == 2 and fields[1].isdigit()):
+        raise DamagedFile(path, f"has no checksum header (it holds {len(data)} bytes)")
+    digest, length = fields[0].decode("ascii", "replace"), int(fields[1])
+    if len(body) != length:
+        raise DamagedFile(path, f"holds {len(body)} bytes where its header says {length}")
+    if hashlib.sha256(body).hexdigest() != digest:
+        raise DamagedFile(path, "does not match its SHA-256")
+    return body
+
+
+def warn_damage(message: str) -> None:
+    """Say that a damaged checkpoint file was set aside: a :class:`RuntimeWarning` and a WARNING
+    on the ``ctistream.checkpoint`` logger."""
+    log.warning(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 class CheckpointDir:
@@ -45,26 +121,62 @@ class CheckpointDir:
 
     # -- offset and commit logs ---------------------------------------------------------------
     def write_offsets(self, epoch: int, entry: dict[str, Any]) -> None:
-        _write_text(self.path / "offsets" / f"{epoch}.json", json.dumps(entry, sort_keys=True))
+        write_checked(self._offsets(epoch), json.dumps(entry, sort_keys=True))
 
-    def offsets(self) -> dict[int, dict[str, Any]]:
-        """Every offset-log entry by epoch."""
-        out = {}
-        for f in (self.path / "offsets").glob("*.json"):
-            out[int(f.stem)] = json.loads(f.read_text())
-        return out
+    def replay(self, first: int) -> list[tuple[int, dict[str, Any]]]:
+        """The offset-log entries of epochs ``first`` .. the last logged or committed one, in
+        order: what a restart replays after a snapshot taken before epoch ``first``. Raises
+        :class:`CheckpointDamageError` when one of them is missing or damaged."""
+        last = max(
+            [*_epochs(self.path / "offsets", ".json"), *_epochs(self.path / "commits", "")],
+            default=first - 1,
+        )
+        why = (
+            f"A restart replays epochs {first}..{last} from the offset log (what each epoch "
+            "read) and needs each entry as it was written"
+        )
+        return [(k, self.entry(k, why)) for k in range(first, last + 1)]
+
+    def entry(self, epoch: int, why: str) -> dict[str, Any]:
+        """The offset-log entry of ``epoch``. Raises :class:`CheckpointDamageError` naming it,
+        ``why`` the restart needs it and the fix when it is missing or damaged."""
+        path = self._offsets(epoch)
+        try:
+            return json.loads(read_checked(path))
+        except (FileNotFoundError, DamagedFile) as e:
+            problem = "is missing" if isinstance(e, FileNotFoundError) else e.problem
+            raise CheckpointDamageError(
+                f"checkpoint {str(self.path)!r}: the offset-log entry {str(path)!r} of epoch "
+                f"{epoch} {problem}. {why}. Fix: restore the file from a backup, {_FIX_NEW}"
+            ) from None
 
     def commit(self, epoch: int) -> None:
-        _write_text(self.path / "commits" / str(epoch), "")
+        write_checked(self.path / "commits" / str(epoch), b"")
 
     def committed(self) -> int | None:
-        done = [int(f.name) for f in (self.path / "commits").iterdir() if f.name.isdigit()]
-        return max(done, default=None)
+        """The last epoch whose commit marker verifies, or None. A damaged marker is ignored
+        with a warning."""
+        for k in sorted(_epochs(self.path / "commits", ""), reverse=True):
+            path = self.path / "commits" / str(k)
+            try:
+                read_checked(path)
+            except DamagedFile as e:
+                warn_damage(
+                    f"checkpoint {str(self.path)!r}: the commit marker {e.path!r} {e.problem}; "
+                    "it is ignored (the output's own progress decides what it still lacks)"
+                )
+                continue
+            return k
+        return None
+
+    def commit_path(self, epoch: int) -> Path:
+        return self.path / "commits" / str(epoch)
 
     # -- state snapshots ----------------------------------------------------------------------
     def save_state(self, epoch: int, state: dict[str, Any]) -> None:
         """Write ``state`` (dataclasses, lists, dicts, Counters, numbers, strings, None and
-        DataFrames) as the state after ``epoch``; drop older snapshots beyond the newest two."""
+        DataFrames) as the state after ``epoch``, its manifest last; drop older snapshots beyond
+        the newest two."""
         final = self.path / "state" / str(epoch)
         tmp = self.path / "state" / f"{epoch}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -91,7 +203,9 @@ class CheckpointDir:
                 return value
             raise TypeError(f"cannot checkpoint a {type(value).__name__}: {value!r}")
 
-        (tmp / "state.json").write_text(json.dumps(dump(state)))
+        write_checked(tmp / _STATE, json.dumps(dump(state)))
+        # Spark wrote the Parquet files: the manifest takes their sizes and digests on the driver
+        write_checked(tmp / _MANIFEST, json.dumps(_listing(tmp)))
         _fsync_dir(tmp)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -100,13 +214,41 @@ class CheckpointDir:
             shutil.rmtree(self.path / "state" / str(old), ignore_errors=True)
 
     def latest_state(self, spark: SparkSession) -> tuple[int, dict[str, Any]] | None:
-        """The newest complete snapshot, as (epoch, state), or None."""
+        """The newest intact snapshot, as (epoch, state), or None when there is none. A damaged
+        or incomplete one is passed over with a warning naming the damaged file; when every
+        snapshot is damaged, raises :class:`CheckpointDamageError`."""
         snaps = self._snapshots()
-        if not snaps:
-            return None
-        epoch = snaps[-1]
-        base = self.path / "state" / str(epoch)
+        damaged: list[str] = []
+        for n, epoch in enumerate(reversed(snaps)):
+            base = self.path / "state" / str(epoch)
+            try:
+                _verify(base)
+                text = read_checked(base / _STATE)
+            except (FileNotFoundError, DamagedFile) as e:
+                problem = (
+                    f"{e.filename!r} is missing"
+                    if isinstance(e, FileNotFoundError)
+                    else f"{e.path!r} {e.problem}"
+                )
+                damaged.append(problem)
+                if n + 1 < len(snaps):
+                    before = snaps[-n - 2]
+                    warn_damage(
+                        f"checkpoint {str(self.path)!r}: the state snapshot of epoch {epoch} is "
+                        f"damaged ({problem}); restoring the snapshot of epoch {before} instead "
+                        f"and replaying the epochs after it from the offset log"
+                    )
+                continue
+            return epoch, self._load(spark, epoch, base, json.loads(text))
+        if damaged:
+            raise CheckpointDamageError(
+                f"checkpoint {str(self.path)!r}: no state snapshot is intact: "
+                f"{'; '.join(damaged)}. Expected a snapshot whose files match its manifest. "
+                f"Fix: restore the snapshot's files from a backup, {_FIX_NEW}"
+            )
+        return None
 
+    def _load(self, spark: SparkSession, epoch: int, base: Path, tree: Any) -> dict[str, Any]:
         def load(value: Any) -> Any:
             if isinstance(value, list):
                 return [load(v) for v in value]
@@ -135,24 +277,62 @@ class CheckpointDir:
                 )
             return kind(**{k: load(v) for k, v in fields.items()})
 
-        return epoch, load(json.loads((base / "state.json").read_text()))
+        return load(tree)
 
     def _snapshots(self) -> list[int]:
-        return sorted(
-            int(d.name)
-            for d in (self.path / "state").iterdir()
-            if d.name.isdigit() and (d / "state.json").exists()
-        )
+        """The epochs of the snapshots written to the end (renamed into place), oldest first."""
+        return sorted(_epochs(self.path / "state", ""))
+
+    def _offsets(self, epoch: int) -> Path:
+        return self.path / "offsets" / f"{epoch}.json"
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.rename(path)
-    _fsync_dir(path.parent)
+def _epochs(directory: Path, suffix: str) -> list[int]:
+    """The epochs named by the entries ``<k><suffix>`` of ``directory``."""
+    names = (p.name for p in directory.iterdir())
+    return [int(n[: len(n) - len(suffix)]) for n in names if _is_epoch(n, suffix)]
+
+
+def _is_epoch(name: str, suffix: str) -> bool:
+    return name.endswith(suffix) and name[: len(name) - len(suffix)].isdigit()
+
+
+def _listing(base: Path) -> dict[str, list[Any]]:
+    """Every file under ``base`` but the self-checked ones: relative path -> [size, SHA-256]."""
+    out: dict[str, list[Any]] = {}
+    for f in sorted(base.rglob("*")):
+        rel = f.relative_to(base).as_posix()
+        if f.is_file() and rel not in (_STATE, _MANIFEST):
+            out[rel] = [f.stat().st_size, _digest(f)]
+    return out
+
+
+def _verify(base: Path) -> None:
+    """Raise :class:`DamagedFile` (or FileNotFoundError) unless the snapshot in ``base`` holds
+    exactly the files its manifest lists, each of the listed size and SHA-256."""
+    manifest = json.loads(read_checked(base / _MANIFEST))
+    present = {
+        f.relative_to(base).as_posix()
+        for f in base.rglob("*")
+        if f.is_file() and f.relative_to(base).as_posix() not in (_STATE, _MANIFEST)
+    }
+    for rel, (size, digest) in manifest.items():
+        path = base / rel
+        if rel not in present:
+            raise DamagedFile(path, "is missing (the snapshot's manifest lists it)")
+        got = path.stat().st_size
+        if got != size:
+            raise DamagedFile(path, f"holds {got} bytes where the manifest says {size}")
+        if _digest(path) != digest:
+            raise DamagedFile(path, "does not match its SHA-256 in the manifest")
+    extra = sorted(present - set(manifest))
+    if extra:
+        raise DamagedFile(base / extra[0], "is not in the snapshot's manifest")
+
+
+def _digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:

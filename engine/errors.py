@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointDamageError",
     "CtiViolationError",
     "EngineError",
     "HeldEventsWarning",
@@ -58,3 +59,9 @@ class HeldEventsWarning(UserWarning):
     the query's output CTI at -inf, so nothing is released; the warning names the input and the
     fix, instead of an empty result without a word.
     """
+
+
+class CheckpointDamageError(EngineError):
+    """A checkpoint file that a restart needs is missing or damaged and nothing can stand in for
+    it (semantics §9: damage is detected, never silently used). The message names the file and
+    the fix; the query computed and delivered nothing from it."""

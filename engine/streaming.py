@@ -29,8 +29,9 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
+from adapters.base import Progress
 from engine._spark import settle_driver
-from engine.checkpoint import CheckpointDir
+from engine.checkpoint import CheckpointDir, warn_damage
 from engine.errors import QueryBuildError, QueryStoppedError
 from engine.plan import walk
 from engine.rows import POS, release
@@ -73,6 +74,7 @@ class Streamer:
         self.done: dict[int, bool] = {}  # bounded inputs already read
         self.floor = MIN_TIME  # the largest arrival stamp of every epoch so far
         self.stopped = False
+        self.committed: int | None = None  # the last epoch the commit log records as delivered
         self._thread: threading.Thread | None = None
         self._halt = threading.Event()
         self.error: BaseException | None = None
@@ -135,30 +137,38 @@ class Streamer:
                 s["done"],
                 s["floor"],
             )
-        logged = self.dir.offsets()
-        replay = sorted(k for k in logged if k >= self.epoch)
+        replay = self.dir.replay(self.epoch)
+        self.committed = self.dir.committed()
         if replay:
-            log.info("query %s: replaying epochs %s..%s", rt.name, replay[0], replay[-1])
-        for k in replay:
-            self._execute(k, logged[k])
-        self._refuse_ended(logged)
+            log.info("query %s: replaying epochs %s..%s", rt.name, replay[0][0], replay[-1][0])
+            if self.committed is not None:
+                _warn_behind(rt, self.dir, self.committed, replay[-1][0])
+        for k, entry in replay:
+            self._execute(k, entry)
+        if replay:
+            last: tuple[int, dict[str, Any]] | None = replay[-1]
+        elif snap is not None:  # the snapshot's own epoch is the last one logged
+            last = (snap[0], self.dir.entry(snap[0], _LAST))
+        else:
+            last = None
+        self._refuse_ended(last)
 
-    def _refuse_ended(self, logged: dict[int, Any]) -> None:
+    def _refuse_ended(self, last: tuple[int, dict[str, Any]] | None) -> None:
         """Raise when the restored query ended for good (semantics §9, "a stop is recorded"):
-        its last logged epoch is a stop with flush (replayed above if it had not completed), or
-        every input is at CTI +inf. An input that ended on its own stays ended either way."""
+        its last logged epoch (``last``: the epoch and its offset-log entry) is a stop with flush
+        (replayed above if it had not completed), or every input is at CTI +inf. An input that
+        ended on its own stays ended either way."""
         rt, where = self.rt, str(self.dir.path) if self.dir is not None else None
-        last = max(logged, default=None)
         fix = (
             "Fix: start the query with a new checkpoint directory (it reads its inputs again "
             "from their start)"
         )
-        if last is not None and logged[last].get("stop"):
+        if last is not None and last[1].get("stop"):
             why = (
-                f"records a stop with flush (epoch {last}): the inputs that flush on stop are at "
-                "CTI +inf, so every event read from now on would be dropped as a CTI violation; "
-                "expected the checkpoint of a query that was not stopped, or stopped with "
-                "stop(flush=False)"
+                f"records a stop with flush (epoch {last[0]}): the inputs that flush on stop are "
+                "at CTI +inf, so every event read from now on would be dropped as a CTI "
+                "violation; expected the checkpoint of a query that was not stopped, or stopped "
+                "with stop(flush=False)"
             )
             fix += ", or stop it with stop(flush=False) to resume it later"
         elif rt.inputs and all(st.emitted >= MAX_TIME for st in rt._ingress.values()):
@@ -244,7 +254,7 @@ class Streamer:
             )
         try:
             cut = _cut(raws, ranges)
-            delivered = rt.output.progress()
+            delivered = _at_least(rt.output.progress(), self.committed)
             as_read = [i for i in raws if str(i) not in plan.get("ctis", {})]
             rt.run_epoch(k, raws, None, cut, plan["stop"], delivered, as_read)
             resume: dict[int, dict[int, int]] = {}
@@ -334,6 +344,46 @@ class Streamer:
                 self.step(stopping=flush)
         finally:
             self.rt.output.close()
+
+
+#: why a restart whose snapshot covers every logged epoch still reads the last entry
+_LAST = (
+    "A restart reads the entry of the last epoch logged to tell whether the query was stopped "
+    "with flush (semantics §9: a stop is recorded)"
+)
+
+
+def _warn_behind(rt: Any, ckpt: CheckpointDir, committed: int, last: int) -> None:
+    """Warn when the output reports nothing delivered although the commit log records epochs as
+    delivered: its progress record was lost (a damaged one is an error), or it is a new output
+    (§9). Those epochs are not delivered to it again (:func:`_at_least`); ``last``: the last
+    epoch replayed."""
+    if rt.output.progress() is not None:
+        return
+    cut = (
+        f"; epoch {committed + 1}, which the commit log does not record, is delivered whole: "
+        "any part of it the output kept from a delivery cut short comes twice"
+        if last > committed
+        else ""
+    )
+    warn_damage(
+        f"query {rt.name!r}: its output reports nothing delivered, but the commit log "
+        f"{str(ckpt.commit_path(committed))!r} records epochs through {committed} delivered: "
+        "the output's progress record was lost, or the output is new. Those epochs are not "
+        f"delivered to it again{cut}"
+    )
+
+
+def _at_least(held: Progress | None, committed: int | None) -> Progress | None:
+    """What the output holds (§9). An output that reports progress knows what it holds (it
+    records its count with its items; a file output cuts its file back to its record), so its
+    account decides, also within an epoch delivered in part. One that reports nothing while
+    the commit log records epochs through ``committed`` (its record lost, or a new output) holds
+    every item of them by the commit log's account: an epoch is committed only once its output
+    was delivered whole."""
+    if held is None and committed is not None:
+        return Progress(committed + 1, 0)
+    return held
 
 
 def _cut(raws: dict[int, Any], ranges: dict[int, list[Any]]) -> int | None:

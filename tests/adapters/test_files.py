@@ -27,7 +27,8 @@ from adapters.files import (
     FileOutputConfig,
     FileOutputFactory,
 )
-from engine.errors import MalformedRecordError, QueryBuildError
+from engine.checkpoint import read_checked
+from engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
 from engine.events import EventShape, cti, edge_end, edge_start, interval, point
 from engine.settings import AdapterAdvanceTimeSettings, AdvanceTimeGenerationSettings
 from engine.temporal import MAX_TIME
@@ -741,7 +742,7 @@ def test_the_sidecar_counts_the_items_of_the_last_epoch_so_a_partial_one_is_comp
     restarted.deliver(1, [])
     assert restarted.progress() == Progress(1, 0)
     sidecar = Path(str(out) + ".epoch")
-    assert json.loads(sidecar.read_text()) == {
+    assert json.loads(read_checked(sidecar)) == {
         "epoch": 1,
         "items": 0,
         "bytes": len(whole.read_bytes()),
@@ -749,9 +750,12 @@ def test_the_sidecar_counts_the_items_of_the_last_epoch_so_a_partial_one_is_comp
     with pytest.raises(ValueError, match=r"holds epoch 1 .* but epoch 0 is delivered.*own output"):
         restarted.deliver(0, OUTPUT_ITEMS)
     assert out.read_bytes() == whole.read_bytes()
-    # a sidecar without an item count records its epoch as delivered whole
+    # a sidecar without its checksum header (plain JSON, as earlier versions wrote it, without
+    # an item count) is not trusted: refused naming it and the fix, the file left alone
     sidecar.write_text(json.dumps({"epoch": 4, "bytes": len(whole.read_bytes())}))
-    assert FileOutputFactory().create(cfg, EventShape.INTERVAL).progress() == Progress(5, 0)
+    with pytest.raises(CheckpointDamageError, match=r"has no checksum header.*Fix: delete the"):
+        FileOutputFactory().create(cfg, EventShape.INTERVAL)
+    assert out.read_bytes() == whole.read_bytes()
 
 
 def test_a_torn_tail_is_truncated_when_the_adapter_is_created(tmp_path: Path) -> None:
@@ -782,6 +786,25 @@ def test_an_output_file_shorter_than_its_sidecar_is_an_error(tmp_path: Path) -> 
     os.truncate(out, 10)
     with pytest.raises(ValueError, match=r"records .* bytes delivered.*delete both files"):
         FileOutputFactory().create(cfg, EventShape.INTERVAL)
+
+
+def test_a_sidecar_changed_on_disk_is_refused_and_the_file_left_alone(tmp_path: Path) -> None:
+    # A sidecar whose byte count lost one (still valid JSON) made the adapter cut the output's
+    # last byte without a word; its checksum now catches it (semantics §9).
+    out = tmp_path / "out.jsonl"
+    cfg = FileOutputConfig(path=str(out))
+    FileOutputFactory().create(cfg, EventShape.INTERVAL).deliver(0, OUTPUT_ITEMS)
+    once = out.read_bytes()
+    sidecar = Path(str(out) + ".epoch")
+    count = f'"bytes": {len(once)}'.encode()
+    assert count in sidecar.read_bytes()
+    sidecar.write_bytes(sidecar.read_bytes().replace(count, f'"bytes": {len(once) - 1}'.encode()))
+    with pytest.raises(CheckpointDamageError) as refused:
+        FileOutputFactory().create(cfg, EventShape.INTERVAL)
+    assert str(sidecar) in str(refused.value) and "Fix: delete the record only" in str(
+        refused.value
+    )
+    assert out.read_bytes() == once
 
 
 def test_existing_content_without_a_sidecar_is_kept(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ from engine import (
     OrderingAction,
     point,
 )
+from engine.checkpoint import read_checked
 from engine.errors import QueryBuildError
 from engine.temporal import to_ticks
 from tests.adapters.test_kafka import produce, read_back
@@ -275,7 +276,7 @@ def test_a_quiet_input_advances_by_time_driven_ctis_so_a_join_still_emits(
             e for e in MemoryOutputFactory.collected(name) if e.kind is EventKind.INSERT
         ]
         q.stop(flush=False)
-        logged = json.loads((tmp_path / name / "offsets" / "1.json").read_text())
+        logged = json.loads(read_checked(tmp_path / name / "offsets" / "1.json"))
         # the time-driven CTI of the reference (input 1) is in the offset log, for replay
         assert ("1" in logged["ctis"]) is (idle is not None)
     # Without it the join's CTI stays at the reference's CTI (an hour ago): nothing is final.
@@ -409,17 +410,17 @@ def test_steady_steps_of_a_started_query_compile_no_new_code(app, kafka_broker):
 def test_a_state_snapshot_from_another_version_is_refused_with_the_fix(spark, tmp_path):
     # An older version kept a field of pending pairs in a join's state; a snapshot holding it
     # cannot be resumed by this version: the error says which and what to do.
-    from engine.checkpoint import CheckpointDir
+    from engine.checkpoint import CheckpointDir, write_checked
     from engine.operators.join import JoinState
 
     cp = CheckpointDir(tmp_path / "cp")
     cp.save_state(3, {"ops": [JoinState()]})
     written = tmp_path / "cp" / "state" / "3" / "state.json"
-    state = json.loads(written.read_text())
+    state = json.loads(read_checked(written))
     [[key, [join_state]]] = state["__dict__"]  # {"ops": [JoinState]}, as save_state writes it
     assert key == "ops"
     join_state["fields"]["pairs"] = None  # as the earlier version wrote it
-    written.write_text(json.dumps(state))
+    write_checked(written, json.dumps(state))  # with its checksum: not damage
     with pytest.raises(QueryBuildError) as refused:
         cp.latest_state(spark)
     text = str(refused.value)
