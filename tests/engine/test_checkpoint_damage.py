@@ -41,7 +41,7 @@ from adapters.files import FileOutputConfig, FileOutputFactory
 from adapters.kafka import KafkaInputConfig, KafkaInputFactory
 from bindings import Stream
 from engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, EventShape
-from engine.errors import CheckpointDamageError
+from engine.errors import CheckpointDamageError, QueryStoppedError
 from tests.adapters.test_kafka import produce
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -163,3 +163,34 @@ def test_a_damaged_checkpoint_file_is_set_aside_with_a_warning_or_refused_with_t
         assert any(str(commit) in s and "not delivered to it again" in s for s in said), said
     else:  # a deleted commit marker: the output's own progress record decides
         assert said == []
+
+
+def test_a_damaged_stop_entry_is_refused_not_taken_for_a_pause(app, kafka_broker, tmp_path):
+    # A query stopped with flush: its stop epoch (1) is logged with "stop": true and its state
+    # written after it, so a restart replays nothing and reads offsets/1.json only to tell the
+    # stop from a pause (semantics §9: a stop is recorded); the refusal names the stop, not only
+    # that every input ended (this query's one input is at +inf either way). Damaged, the entry
+    # cannot tell, and the start names it and the fix before anything else.
+    b = kafka_broker.bootstrap
+    topic = kafka_broker.create_topic()
+    ms = int(T0.timestamp() * 1000)
+    produce(b, topic, [(0, {"ts": (T0 + timedelta(seconds=1)).isoformat(), "id": 0}, ms, None)])
+    out, ckpt = tmp_path / "out.jsonl", tmp_path / "ck"
+    q = _query(app, b, topic, out)
+    _start(q, ckpt)
+    q.step()
+    q.stop()  # epoch 1 flushes: the window [0, 5) is delivered
+    assert sorted(p.name for p in (ckpt / "state").iterdir()) == ["1"]
+    delivered = out.read_bytes()
+    assert b'"n": 1' in delivered
+    again = _query(app, b, topic, out)
+    with pytest.raises(QueryStoppedError, match="records a stop with flush"):
+        _start(again, ckpt)
+    entry = ckpt / "offsets" / "1.json"
+    _damage(entry, "garble")
+    again = _query(app, b, topic, out)
+    with pytest.raises(CheckpointDamageError) as error:
+        _start(again, ckpt)
+    text = str(error.value)
+    assert str(entry) in text and "stopped with flush" in text and "Fix: " in text
+    assert out.read_bytes() == delivered
