@@ -379,7 +379,7 @@ def test_kafka_clients_at_a_closed_port_fail_without_the_password(grep):
     grep(lambda: list(a.read("0", 0)), KafkaAdapterError)  # an executor, without a snapshot
     out_cfg = KafkaOutputConfig(bootstrap_servers=bootstrap, topic="o", **sasl, **QUICK_KAFKA)
     out = KafkaOutputFactory().create(out_cfg, POINT)
-    grep(out.delivered_through, KafkaAdapterError)
+    grep(out.progress, KafkaAdapterError)
     dead = KafkaInputConfig(
         bootstrap_servers=bootstrap, topic="t", schema="id int", dead_letter_topic="d", **sasl
     )
@@ -402,7 +402,7 @@ def test_event_hubs_clients_at_a_closed_port_fail_without_the_key(grep, closed_h
     grep(a.partitions, EventHubsAdapterError)
     grep(lambda: list(a.read("0", 0)), EventHubsAdapterError)
     out_cfg = EventHubOutputConfig(connection_string=closed_hub, **QUICK_HUBS)
-    grep(EventHubOutputFactory().create(out_cfg, POINT).delivered_through, EventHubsAdapterError)
+    grep(EventHubOutputFactory().create(out_cfg, POINT).progress, EventHubsAdapterError)
 
 
 def test_a_query_whose_output_broker_is_down_fails_without_the_password(app, grep):
