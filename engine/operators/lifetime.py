@@ -10,6 +10,10 @@ Edges: a shift keeps an edge an edge (its END edge is shifted too). Operators th
 from the start turn a START edge into a complete interval at once; its END edge is then
 irrelevant and dropped. CTIs at ``±inf`` stay there; an output CTI is emitted only when it rises.
 Keyed CTIs (substreams) move the same way, each emitted when its key's CTI rises.
+
+Bounded work (§5, the paragraph under the table): the arithmetic saturates at ``±inf``, never an
+overflow; an event whose start lands at ``±inf`` is dropped and counted
+(:attr:`LifetimeState.dropped`, in ``query.operator_metrics()``; docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -43,10 +47,12 @@ __all__ = ["LifetimeState", "alter_lifetime"]
 @dataclass
 class LifetimeState:
     """The last CTI the operator emitted; with substreams, per key the largest keyed CTI
-    candidate (:func:`engine.rows.keyed_rises`)."""
+    candidate (:func:`engine.rows.keyed_rises`); the events dropped so far because their start
+    landed at ``±inf`` (points, intervals and START edges; §5)."""
 
     emitted: int = MIN_TIME
     key_seen: DataFrame | None = None
+    dropped: int = 0
 
 
 def alter_lifetime(
@@ -96,9 +102,23 @@ def alter_lifetime(
         .filter(F.col(CTI) > F.col("__prev"))
         .drop("__prev")
     )
-    last = ctis.agg(F.max(CTI)).first()[0]
-    new_state = LifetimeState(max(state.emitted, last if last is not None else MIN_TIME))
-    out = Flow(events, ctis, flow.edges and duration is None)
+    found = ctis.select(F.max(CTI).alias("c"), F.lit(0).cast("long").alias("d"))
+    if shift != 0 or start_fn is not None:  # a start can land at +-inf: drop and count (§5)
+        landed = F.col(START).isin(MIN_TIME, MAX_TIME)
+        counted = F.count(F.when(landed & ~F.col(EDGE).eqNullSafe("END"), 1))
+        found = found.unionByName(
+            events.select(F.lit(None).cast("long").alias("c"), counted.alias("d"))
+        )
+        events = events.filter(~landed)
+    rows = found.collect()  # one small job
+    last = max((r["c"] for r in rows if r["c"] is not None), default=MIN_TIME)
+    new_state = LifetimeState(
+        max(state.emitted, last), dropped=state.dropped + sum(r["d"] for r in rows)
+    )
+    # an end can saturate at +inf: shifted forward, or set from the start by a duration (to_point's
+    # one tick is taken as finite, docs/decisions.md)
+    unbounded = flow.unbounded or (shift > 0 if duration is None else duration > 1)
+    out = Flow(events, ctis, flow.edges and duration is None, unbounded=unbounded)
     if flow.keyed is None:
         return out, new_state
     candidates = flow.keyed.select(POS, KEY, move(F.col(CTI)).alias(CTI))
