@@ -190,8 +190,9 @@ class Runtime:
 
     def _pushed_windows(self) -> dict[int, PushedWindow]:
         """The windows whose partial aggregates their input's scan computes: a window that
-        reads an input directly, as that input's only reader, an input without edges and
-        without substreams, and aggregates :func:`engine.operators.window.push_window` takes."""
+        reads an input directly, as that input's only reader, a POINT input (an interval or an
+        edge may end at +inf, docs/decisions.md "Windows") without substreams, and aggregates
+        :func:`engine.operators.window.push_window` takes."""
         readers = Counter(id(c) for n in walk(self.root) for c in n.children())
         conf = self.spark.conf
         case_sensitive = conf.get("spark.sql.caseSensitive", "false") == "true"

@@ -22,13 +22,14 @@ State, bounded by time, not by input size:
 
 * when every aggregate is a built-in that merges (``count``, ``sum``, ``min``, ``max``, ``avg`` /
   ``mean`` of one argument, not DISTINCT) and the stream has no substreams: one row of partial
-  aggregates per open window and group, and the START edges still open. An event whose end is
-  known goes into every open window it overlaps in the epoch it arrives (or closes) in; an open
-  edge goes, as before, into the windows that complete while it is open;
+  aggregates per open window and group, and the events that end at +inf (START edges still
+  open, intervals to +inf). An event whose finite end is known goes into every open window it
+  overlaps in the epoch it arrives (or closes) in; one that ends at +inf goes into the windows
+  that complete while it does;
 * otherwise (pandas UDAFs, other aggregates, expressions over aggregates, substreams): the events
   that can still overlap an open window (their end is after the earliest open window's start).
 
-A window of partial aggregates that alone reads an input without edges gets the epoch's partial
+A window of partial aggregates that alone reads a POINT input gets the epoch's partial
 aggregates from the input's scan (:class:`PushedWindow`, computed in Arrow where the input is
 read) instead of its events, for the aggregates Arrow computes as Spark does (:func:`push_window`).
 """

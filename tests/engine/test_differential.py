@@ -13,6 +13,8 @@ from pyspark.sql import functions as F
 
 from adapters.memory import EventScript
 from engine import (
+    MAX_TIME,
+    MIN_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
@@ -143,12 +145,21 @@ UNARY = {
         lambda n: AlterEventLifetime(n, lambda t: t - t % 10, 3),
         lambda s: s.alter_event_lifetime(lambda c: c - F.pmod(c, F.lit(10)), 3),
     ),
+    # times 0..40 moved next to +-inf: some starts cross and are dropped, ends saturate (§5)
+    "shift-to-max": (
+        lambda n: ShiftEventTime(n, MAX_TIME - 30),
+        lambda s: s.shift_event_time(MAX_TIME - 30),
+    ),
+    "shift-to-min": (
+        lambda n: ShiftEventTime(n, MIN_TIME + 20),
+        lambda s: s.shift_event_time(MIN_TIME + 20),
+    ),
 }
 
 
 @given(
     data=st.data(),
-    case=cases(max_inputs=2, max_items=20),
+    case=cases(max_inputs=2, max_items=20, forever=True),
     shape=SHAPES,
     chain=st.lists(st.sampled_from(sorted(UNARY)), min_size=1, max_size=3),
 )
@@ -174,7 +185,7 @@ GRIDS = [(10, 10), (10, 5), (6, 4), (4, 6)]  # (size, hop): tumbling, hopping, g
 
 @given(
     data=st.data(),
-    case=cases(max_inputs=2, max_items=20),
+    case=cases(max_inputs=2, max_items=20, forever=True),
     shape=SHAPES,
     grid=st.sampled_from(GRIDS),
     keyed=st.booleans(),
@@ -743,7 +754,7 @@ def test_joins_match_the_reference(app, data, case, shape, anti, after):
 
 @given(
     data=st.data(),
-    case=cases(max_inputs=2, max_items=18),
+    case=cases(max_inputs=2, max_items=18, forever=True),
     shape=SHAPES,
     keyed=st.booleans(),
     pre=st.sampled_from(["-", "where", "shift-7"]),
