@@ -145,7 +145,11 @@ UNARY = {
         lambda n: AlterEventLifetime(n, lambda t: t - t % 10, 3),
         lambda s: s.alter_event_lifetime(lambda c: c - F.pmod(c, F.lit(10)), 3),
     ),
-    # times 0..40 moved next to +-inf: some starts cross and are dropped, ends saturate (§5)
+}
+#: lifetime chains only: times 0..40 moved next to +-inf, where some starts cross and are
+#: dropped and ends saturate (§5; windows there would need grid arithmetic past int64)
+NEAR_LIMITS = {
+    **UNARY,
     "shift-to-max": (
         lambda n: ShiftEventTime(n, MAX_TIME - 30),
         lambda s: s.shift_event_time(MAX_TIME - 30),
@@ -161,20 +165,20 @@ UNARY = {
     data=st.data(),
     case=cases(max_inputs=2, max_items=20, forever=True),
     shape=SHAPES,
-    chain=st.lists(st.sampled_from(sorted(UNARY)), min_size=1, max_size=3),
+    chain=st.lists(st.sampled_from(sorted(NEAR_LIMITS)), min_size=1, max_size=3),
 )
 def test_chains_of_lifetime_operators_match_the_reference(app, data, case, shape, chain):
     cuts = data.draw(epoch_cuts(case.length))
     names = list(case.shapes)
     plan = Union(tuple(Input(n) for n in names)) if len(names) > 1 else Input(names[0])
     for op in chain:
-        plan = UNARY[op][0](plan)
+        plan = NEAR_LIMITS[op][0](plan)
 
     def build(s):
         first, *rest = (s[n] for n in names)
         stream = first.union(*rest) if rest else first
         for op in chain:
-            stream = UNARY[op][1](stream)
+            stream = NEAR_LIMITS[op][1](stream)
         return stream
 
     _agree(app, case, plan, build, shape, cuts)
