@@ -256,7 +256,8 @@ class AntiJoin:
 class Snapshot:
     """§5 snapshot window with an aggregate: one event per snapshot (the span between consecutive
     event endpoints) and group, over the events active in it. Output CTI: the start of the
-    snapshot that contains the input CTI (the largest endpoint at or before it)."""
+    snapshot that contains the input CTI when an event holds it, else the input CTI itself
+    (:func:`_snapshot`)."""
 
     child: Node
     keys: tuple[str, ...]
