@@ -24,6 +24,7 @@ from engine import (
     MAX_TIME,
     MIN_TIME,
     AdvanceTimeGenerationSettings,
+    AdvanceTimePolicy,
     AdvanceTimeSettings,
     Event,
     EventShape,
@@ -35,6 +36,7 @@ from engine import (
 )
 from tests.reference import (
     AlterEventDuration,
+    AlterEventLifetime,
     Binding,
     Input,
     Join,
@@ -363,6 +365,42 @@ def test_a_shift_past_min_time_drops_the_events_that_land_at_minus_inf(app):
         EventShape.INTERVAL,
         expected,
         dropped=[2],
+    )
+
+
+def test_a_start_edge_that_lands_at_inf_is_dropped_and_never_held_while_empty_ones_are_cancelled(
+    app,
+):
+    # alter_event_lifetime(f, 5), f(t) = +inf from 1000 on, t below (non-decreasing), ADJUST,
+    # explicit CTIs; the START edges are held until a CTI passes their start ("Empty
+    # lifetimes"). CTI 100 -> 100. n1's START edge at 50 is adjusted to 100: held. n4's at 1000
+    # lands at +inf: dropped, counted (1), never held. n1's late END edge (70 < 100) closes it
+    # at 100: [100, 100), empty: cancels the held n1. n2's START edge at 60 -> 100: held. n4's
+    # END edge lands at +inf too: dropped uncounted. CTI 150 passes 100: n2 leaves as [100, 105)
+    # at that CTI's position; output CTI 150. The stop's +inf: nothing held is left to release.
+    script = EventScript()
+    script.cti("a", 100)
+    script.insert("a", edge_start(50, {"k": 1, "v": 1}))
+    script.insert("a", edge_start(1000, {"k": 4, "v": 4}))
+    script.insert("a", edge_end(50, 70, {"k": 1, "v": 1}))
+    script.insert("a", edge_start(60, {"k": 2, "v": 2}))
+    script.insert("a", edge_end(1000, 1010, {"k": 4, "v": 4}))
+    script.cti("a", 150)
+    expected = [cti(100), interval(100, 105, {"k": 2, "v": 2}), cti(150), INF]
+    adjust = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(10**6, 0, True), None, AdvanceTimePolicy.ADJUST
+    )
+    _agree(
+        app,
+        script,
+        {"a": (EventShape.EDGE, adjust)},
+        AlterEventLifetime(Input("a"), lambda t: MAX_TIME if t >= 1000 else t, 5),
+        lambda s: s["a"].alter_event_lifetime(
+            lambda c: F.when(c >= 1000, F.lit(MAX_TIME)).otherwise(c), 5
+        ),
+        EventShape.INTERVAL,
+        expected,
+        dropped=[1],
     )
 
 
