@@ -164,7 +164,8 @@ class Query:
         return self._runtime.metrics()
 
     def operator_metrics(self) -> dict[str, dict[str, Any]]:
-        """Per stateful operator: the rows of state it holds and the last CTI it emitted."""
+        """Per stateful operator: the rows of state it holds and the last CTI it emitted; for a
+        lifetime operator also ``dropped``, the events whose start landed at ``±inf`` (§5)."""
         return self._runtime.operator_metrics()
 
     def watermark_delay(self) -> timedelta | None:

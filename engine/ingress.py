@@ -92,6 +92,8 @@ class InputSpec:
     settings: AdvanceTimeSettings | None
     payload: list[str]
     edges: bool = False
+    #: POINT shape: every event ends one tick after its start (never at +inf: Flow.unbounded)
+    points: bool = False
     #: EventOrderingSettings (§7): engine.ordering runs before this ingress and sends its
     #: watermarks as ``WM`` rows, taken like generated CTIs
     ordering: Any = None
@@ -301,13 +303,29 @@ def ingress_epoch(
     over = spec.ordering.over if spec.ordering is not None else None
     if over is None:
         flow = Flow(
-            events, ctis, spec.edges, latest=latest, partials=partials, packed=packs, rows=rows
+            events,
+            ctis,
+            spec.edges,
+            latest=latest,
+            partials=partials,
+            packed=packs,
+            rows=rows,
+            unbounded=not spec.points,
         )
         return flow, new_state
     candidates = cache.keep(_key_candidates(a, change, spec, state, new_state))
     keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
     new_state.key_seen = checkpoint(seen)
-    flow = Flow(events, ctis, spec.edges, cache.keep(keyed), over, latest, rows=rows)
+    flow = Flow(
+        events,
+        ctis,
+        spec.edges,
+        cache.keep(keyed),
+        over,
+        latest,
+        rows=rows,
+        unbounded=not spec.points,
+    )
     return flow, new_state
 
 

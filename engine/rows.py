@@ -115,7 +115,12 @@ class Flow:
     join that alone reads it; ``events`` then unpacks them, for a plan that needs rows.
 
     ``rows``: at most this many rows in ``events`` (an input's items of the epoch, and a filter
-    or projection of them), or None when only a job over ``events`` can tell."""
+    or projection of them), or None when only a job over ``events`` can tell.
+
+    ``unbounded``: whether an event may end at +inf (an open edge, an interval to +inf, a shift
+    or a duration that saturated; §5's bounded work): a window keeps such events until the CTI
+    reaches +inf (docs/decisions.md, "Windows"). False only where every event has a finite end
+    (POINT inputs, window results); a point at the very last tick is taken as finite there."""
 
     events: DataFrame
     ctis: DataFrame
@@ -126,10 +131,13 @@ class Flow:
     partials: DataFrame | None = None
     packed: DataFrame | None = None
     rows: int | None = None
+    unbounded: bool = True
 
     def merged(self) -> Flow:
         """The same stream with its substreams merged: its CTIs only."""
-        return Flow(self.events, self.ctis, self.edges, latest=self.latest)
+        return Flow(
+            self.events, self.ctis, self.edges, latest=self.latest, unbounded=self.unbounded
+        )
 
 
 #: the local checkpoints made while a :meth:`Checkpoints.recording` block runs (in this context)

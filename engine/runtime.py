@@ -190,6 +190,7 @@ class Runtime:
                 settings,
                 schema.fieldNames(),
                 edges=node.shape is EventShape.EDGE,
+                points=node.shape is EventShape.POINT,
                 ordering=node.ordering,
             )
             bound.append(BoundInput(node, adapter, spec, schema))
@@ -197,8 +198,9 @@ class Runtime:
 
     def _pushed_windows(self) -> dict[int, PushedWindow]:
         """The windows whose partial aggregates their input's scan computes: a window that
-        reads an input directly, as that input's only reader, an input without edges and
-        without substreams, and aggregates :func:`engine.operators.window.push_window` takes."""
+        reads an input directly, as that input's only reader, a POINT input (an interval or an
+        edge may end at +inf, docs/decisions.md "Windows") without substreams, and aggregates
+        :func:`engine.operators.window.push_window` takes."""
         readers = Counter(id(c) for n in walk(self.root) for c in n.children())
         conf = self.spark.conf
         case_sensitive = conf.get("spark.sql.caseSensitive", "false") == "true"
@@ -209,7 +211,8 @@ class Runtime:
                 continue
             b = next(b for b in self.inputs if b.node is node.child)
             ordering = b.spec.ordering
-            if readers[id(b.node)] > 1 or b.spec.edges or getattr(ordering, "over", None):
+            # an interval may end at +inf: counted only as windows complete (docs/decisions.md)
+            if readers[id(b.node)] > 1 or not b.spec.points or getattr(ordering, "over", None):
                 continue
             spec = WindowSpec(node.size, node.hop, node.keys, node.aggregates, node.point_at_end)
             window = push_window(spec, b.schema, case_sensitive, ansi, f"input {b.spec.name!r}")
@@ -582,8 +585,9 @@ class Runtime:
 
     def operator_metrics(self) -> dict[str, dict[str, Any]]:
         """Per stateful operator (``"<n>:<kind>"`` in plan order): rows of state it holds now,
-        the Spark partitions they are in, and the last CTI it emitted. Counting the state runs a
-        small Spark job."""
+        the Spark partitions they are in, the last CTI it emitted and, for a lifetime operator,
+        ``dropped``: the events dropped because their start landed at ``±inf`` (§5). Counting
+        the state runs a small Spark job."""
         with self._release_lock:
             return self._operator_metrics()
 
@@ -597,11 +601,13 @@ class Runtime:
             parts = held if isinstance(held, list) else [held]
             parts += [getattr(st, name, None) for name in ("pairs", "partials")]
             kept = [df for df in parts if df is not None]
-            out[f"{i}:{type(node).__name__.removesuffix('Node').lower()}"] = {
+            m = out[f"{i}:{type(node).__name__.removesuffix('Node').lower()}"] = {
                 "state_rows": sum(count_rows(df) for df in kept),
                 "state_partitions": sum(df.rdd.getNumPartitions() for df in kept),
                 "cti": st.emitted,
             }
+            if isinstance(st, LifetimeState):  # events whose start landed at +-inf (§5)
+                m["dropped"] = st.dropped
         return out
 
     def _epoch(

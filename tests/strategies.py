@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from adapters.memory import EventScript
 from engine import (
+    MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
@@ -77,10 +78,17 @@ def settings_for(draw, index: int) -> AdvanceTimeSettings | None:
 
 @st.composite
 def cases(
-    draw, max_inputs: int = 1, max_items: int = 18, min_inputs: int = 1, doubles: bool = False
+    draw,
+    max_inputs: int = 1,
+    max_items: int = 18,
+    min_inputs: int = 1,
+    doubles: bool = False,
+    forever: bool = False,
 ) -> Case:
     """Scripts of 1 .. ``max_inputs`` inputs; payloads ``k`` (0 .. 2) and ``v`` (0 .. 3, or with
-    ``doubles`` a double from :data:`double_values`)."""
+    ``doubles`` a double from :data:`double_values`); with ``forever``, an INTERVAL input's
+    intervals sometimes end at +inf (semantics §5's bounded work: windows count them up to the
+    latest finite moment seen)."""
     n_inputs = draw(st.integers(min_inputs, max_inputs))
     names = NAMES[:n_inputs]
     shapes = {
@@ -123,7 +131,10 @@ def cases(
         elif shape is EventShape.POINT or (shape is EventShape.INTERVAL and draw(st.booleans())):
             script.insert(name, point(t, payload), partition=part)
         elif shape is EventShape.INTERVAL:
-            script.insert(name, interval(t, t + draw(st.integers(2, 15)), payload), partition=part)
+            end = t + draw(st.integers(2, 15))
+            if forever and draw(st.integers(0, 3)) == 0:
+                end = MAX_TIME
+            script.insert(name, interval(t, end, payload), partition=part)
         else:
             script.insert(name, edge_start(t, payload), partition=part)
             opened.append((t, payload))

@@ -80,7 +80,8 @@ def union(flows: Sequence[Flow], state: UnionState, cache: EpochCache) -> tuple[
     ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
     edges = any(f.edges for f in flows)
     rose = min(latest) if min(latest) > state.emitted else MIN_TIME
-    out = Flow(events.select(*HEADER, *columns), ctis, edges, latest=rose)
+    unbounded = any(f.unbounded for f in flows)
+    out = Flow(events.select(*HEADER, *columns), ctis, edges, latest=rose, unbounded=unbounded)
     new_state = UnionState(latest, max(state.emitted, min(latest)))
     key = keyed_inputs(list(flows), [True] * len(flows), None)
     if key is None:

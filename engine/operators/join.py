@@ -530,13 +530,14 @@ def _with_partials(p: _Pairing, rows: Any, edge: np.ndarray, start: Any, end: An
     import pyarrow as pa
 
     pushed = p.pushed
-    interval = edge == 0
+    # a pair that ends at +inf counts only as its windows complete (§5's bounded work): an event
+    interval = (edge == 0) & (end < MAX_TIME)
     counted = pushed_partials(pushed, start[interval], end[interval], rows.filter(interval))
     names = [_WS, *pushed.keys, *pushed.fields.fieldNames()[1:]]
     merged = merge_pushed(pushed, [counted], pa.schema([p.schema.field(n) for n in names]))
     latest = None
     if interval.any():  # (empty pairs too: the window's latest time counts every event)
-        latest = int(np.maximum(start[interval], end[interval] - 1).max())
+        latest = int(np.maximum(start[interval], end[interval]).max())
         if not merged.num_rows:  # in no window: one row with the latest time only
             merged = pa.table({n: pa.nulls(1, merged.schema.field(n).type) for n in names})
     n = merged.num_rows

@@ -17,6 +17,11 @@ it; an END edge at or before its start cancels the oldest held identical START e
 never leaves (docs/decisions.md, "Empty lifetimes"). CTIs at ``±inf`` stay there; an output CTI
 is emitted only when it rises. Keyed CTIs (substreams) move the same way, each emitted when its
 key's CTI rises.
+
+Bounded work (§5, the paragraph under the table): the arithmetic saturates at ``±inf``, never an
+overflow; an event whose start lands at ``±inf`` is dropped and counted when it arrives
+(:attr:`LifetimeState.dropped`, in ``query.operator_metrics()``; docs/decisions.md), so a
+START edge that lands there is never held; its END edge lands there too and is dropped uncounted.
 """
 
 from __future__ import annotations
@@ -54,11 +59,15 @@ __all__ = ["LifetimeState", "alter_lifetime"]
 class LifetimeState:
     """The last CTI the operator emitted; with substreams, per key the largest keyed CTI
     candidate (:func:`engine.rows.keyed_rises`); with a duration, the START edges held until a
-    CTI passes their start (``__start``, ``__end``, ``__pos``, ``__open``, payload)."""
+    CTI passes their start (``__start``, ``__end``, ``__pos``, ``__open``, payload: as they came,
+    before the move); the events dropped so far because their start landed at ``±inf`` (points,
+    intervals and START edges; §5). A snapshot written without ``held`` or ``dropped`` loads
+    with their defaults."""
 
     emitted: int = MIN_TIME
     key_seen: DataFrame | None = None
     held: DataFrame | None = None
+    dropped: int = 0
 
 
 def alter_lifetime(
@@ -82,9 +91,15 @@ def alter_lifetime(
 
     payload = [c for c in flow.events.columns if c not in HEADER]
     events = flow.events
+    found = None  # the epoch's drops, counted in the job that finds the last CTI
+    if shift != 0 or start_fn is not None:  # a start can land at +-inf: drop and count (§5)
+        landed = move(F.col(START)).isin(MIN_TIME, MAX_TIME)
+        counted = F.count(F.when(landed & ~F.col(EDGE).eqNullSafe("END"), 1))
+        found = events.select(F.lit(None).cast("long").alias("c"), counted.alias("d"))
+        events = events.filter(~landed)  # before holding: a dropped START edge is never held
     held = None
     if duration is not None and flow.edges:
-        released, held = _settled(flow, payload, state.held, cache)
+        released, held = _settled(flow, events, payload, state.held, cache)
         events = events.filter(F.col(EDGE).isNull()).unionByName(released)
     if duration is None:
         events = events.select(
@@ -112,9 +127,17 @@ def alter_lifetime(
         .filter(F.col(CTI) > F.col("__prev"))
         .drop("__prev")
     )
-    last = ctis.agg(F.max(CTI)).first()[0]
-    new_state = LifetimeState(max(state.emitted, last if last is not None else MIN_TIME), held=held)
-    out = Flow(events, ctis, flow.edges and duration is None)
+    last = ctis.select(F.max(CTI).alias("c"), F.lit(0).cast("long").alias("d"))
+    rows = (last if found is None else last.unionByName(found)).collect()  # one small job
+    new_state = LifetimeState(
+        max(state.emitted, max((r["c"] for r in rows if r["c"] is not None), default=MIN_TIME)),
+        held=held,
+        dropped=state.dropped + sum(r["d"] for r in rows),
+    )
+    # an end can saturate at +inf: shifted forward, or set from the start by a duration (to_point's
+    # one tick is taken as finite, docs/decisions.md)
+    unbounded = flow.unbounded or (shift > 0 if duration is None else duration > 1)
+    out = Flow(events, ctis, flow.edges and duration is None, unbounded=unbounded)
     if flow.keyed is None:
         return out, new_state
     candidates = flow.keyed.select(POS, KEY, move(F.col(CTI)).alias(CTI))
@@ -124,20 +147,19 @@ def alter_lifetime(
 
 
 def _settled(
-    flow: Flow, payload: list[str], held: DataFrame | None, cache: EpochCache
+    flow: Flow, events: DataFrame, payload: list[str], held: DataFrame | None, cache: EpochCache
 ) -> tuple[DataFrame, DataFrame]:
     """The START edges known not to be empty by a CTI of this epoch, as START edge rows at that
     CTI's position (the first CTI above the start, global or keyed of the edge's key), and the
     START edges still held after the epoch. A START edge arrives while its stream's CTI is at or
     below its start (§2), so that CTI comes after it. An END edge at or before its start
     cancels the oldest held identical START edge (:func:`engine.operators.window.close_edges`);
-    the other END edges change nothing here."""
+    the other END edges change nothing here. ``events``: the epoch's events of ``flow`` that
+    were not dropped (their start landed at ``±inf``)."""
     cols = sql_names(payload)
-    new = flow.events.filter(f"{EDGE} = 'START'").selectExpr(
-        START, END, POS, f"true AS {_OPEN}", *cols
-    )
+    new = events.filter(f"{EDGE} = 'START'").selectExpr(START, END, POS, f"true AS {_OPEN}", *cols)
     edges = new if held is None else held.unionByName(new)
-    empty = flow.events.filter(f"{EDGE} = 'END' AND {END} <= {START}")
+    empty = events.filter(f"{EDGE} = 'END' AND {END} <= {START}")
     edges = close_edges(edges, empty, payload).filter(_OPEN).selectExpr("*", f"{START} + 1 AS __t")
     placed = _first_at_or_above(edges, cache.keep(flow.ctis), None, "__cpos")
     at = "__cpos"

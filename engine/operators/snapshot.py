@@ -3,8 +3,13 @@
 A snapshot is the span ``[p, q)`` between two consecutive event endpoints (starts and ends) of the
 input; one result per snapshot and group aggregates the events active in it. A snapshot is final
 once the input CTI is above its end ``q``: every endpoint below the CTI is known (no later event
-starts, and no END edge ends, before it), while one at the CTI itself may still arrive. CTI rule
-(§5): the start of the snapshot known to contain the input CTI, the largest endpoint below it.
+starts, and no END edge ends, before it), while one at the CTI itself may still arrive. At the
+CTI +inf every snapshot is final, the last ``[p, +inf)`` too (§5's bounded work).
+
+CTI rule (§5: "the start of the snapshot that contains c when some event's lifetime contains c;
+otherwise c itself", so a snapshot never stalls a query): ``P``, the largest endpoint below the
+input CTI ``c``, when some event received has ``start < c <= end``; otherwise ``c``
+(docs/decisions.md: why ``start < c`` and ``c <= end``).
 
 An open edge's end is +inf until its END edge arrives. State: the events that can still be active
 in a snapshot not yet final (their end is after the last final endpoint).
@@ -50,11 +55,14 @@ def snapshot_aggregate(
         events = close_edges(events, flow.events.filter(edge == "END"), payload)
     events = cache.keep(events.filter(F.col(END) > F.col(START)))
 
-    endpoints = cache.keep(
-        events.select(F.col(START).alias("__p"))
-        .union(events.select(F.col(END).alias("__p")))
-        .distinct()
-    )
+    # ``done`` is an endpoint too, of events that may no longer be held: the next snapshot
+    # starts there (an edge held open across it is active in it)
+    points = events.select(F.col(START).alias("__p")).union(events.select(F.col(END).alias("__p")))
+    if state.done != MIN_TIME:
+        points = points.union(
+            flow.ctis.sparkSession.range(1).select(F.lit(state.done).alias("__p"))
+        )
+    endpoints = cache.keep(points.distinct())
     c_last = flow.ctis.agg(F.max(CTI)).first()[0]
     fresh = c_last is not None  # without a CTI in this epoch nothing becomes final
     c_last = c_last if fresh else MIN_TIME
@@ -64,7 +72,10 @@ def snapshot_aggregate(
     snaps = (
         endpoints.withColumn("__q", F.lead("__p").over(after))
         .filter(F.col("__q").isNotNull())
-        .filter((F.col("__p") >= F.lit(state.done)) & (F.col("__q") < F.lit(c_last)))
+        .filter(
+            (F.col("__p") >= F.lit(state.done))
+            & ((F.col("__q") < F.lit(c_last)) | F.lit(c_last == MAX_TIME))
+        )
         .filter(F.lit(fresh))
     )
     active = events.join(
@@ -77,8 +88,9 @@ def snapshot_aggregate(
     )
     ctis = cache.keep(flow.ctis)
     names = [*keys, *(n for n, _ in aggregates)]
-    # Final at the first CTI above its end.
-    results = place_results(grouped, "__q + 1", "__p", "__q", names, ctis)
+    # Final at the first CTI above its end (the last snapshot, ending at +inf, at the CTI +inf).
+    done_at = f"least(__q, {MAX_TIME - 1}) + 1"
+    results = place_results(grouped, done_at, "__p", "__q", names, ctis)
 
     # Output CTIs: the largest endpoint strictly below each input CTI (a CTI sorts before an
     # endpoint of the same value); +inf stays +inf.
@@ -90,11 +102,22 @@ def snapshot_aggregate(
     floor = F.greatest(
         F.lit(state.done), F.max(F.when(F.col("__typ") == 1, F.col("__t"))).over(running)
     )
+    # A CTI c is held back to that endpoint while an event has start < c <= end; else it is c.
+    held_back = (
+        F.broadcast(ctis)
+        .join(events, (F.col(START) < F.col(CTI)) & (F.col(END) >= F.col(CTI)), "left_semi")
+        .select(POS, F.lit(True).alias("__held"))
+    )
     moved = (
         both.withColumn("__f", floor)
         .filter(F.col("__typ") == 0)
+        .join(held_back, POS, "left")
         .select(
-            POS, F.when(F.col("__t") == MAX_TIME, F.col("__t")).otherwise(F.col("__f")).alias(CTI)
+            POS,
+            F.when(F.col("__t") == MAX_TIME, F.col("__t"))
+            .when(F.col("__held"), F.col("__f"))
+            .otherwise(F.col("__t"))
+            .alias(CTI),
         )
     )
     before = Window.orderBy(POS).rowsBetween(Window.unboundedPreceding, -1)
@@ -104,10 +127,21 @@ def snapshot_aggregate(
         .drop("__prev")
     )
     done = state.done
-    if fresh:
-        found = endpoints.filter(F.col("__p") < F.lit(c_last)).agg(F.max("__p")).first()[0]
-        done = max(done, found if found is not None else MIN_TIME)
-    last_cti = MAX_TIME if c_last == MAX_TIME else done
+    last_cti = MIN_TIME
+    if fresh:  # the largest endpoint below c_last, and whether an event holds c_last back
+        found = (
+            endpoints.filter(F.col("__p") < F.lit(c_last))
+            .select(F.max("__p").alias("__p"), F.lit(0).cast("long").alias("__n"))
+            .unionByName(
+                events.filter((F.col(START) < c_last) & (F.col(END) >= c_last)).select(
+                    F.lit(None).cast("long").alias("__p"), F.count("*").alias("__n")
+                )
+            )
+            .collect()
+        )
+        below = max((r["__p"] for r in found if r["__p"] is not None), default=MIN_TIME)
+        done = max(done, below)
+        last_cti = done if sum(r["__n"] for r in found) and c_last != MAX_TIME else c_last
     held = None if c_last == MAX_TIME else hold(events.filter(F.col(END) > F.lit(done)))
-    emitted = max(state.emitted, last_cti) if fresh else state.emitted
+    emitted = max(state.emitted, last_cti)
     return Flow(results, out_ctis, False), SnapshotState(held, done, emitted)

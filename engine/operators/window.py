@@ -14,20 +14,22 @@ One epoch is one Spark plan: the events of the epoch join the held ones (END edg
 START edges by a ranked join); each event is exploded into the windows it overlaps among those
 completing in this epoch; ``groupBy(window, keys).agg(...)`` computes the results with the user's
 aggregate Columns (built-ins or pandas UDAFs); a running count over the epoch's CTIs finds the CTI
-that completes each window. An edge still open when the CTI reaches +inf counts up to the last
-window starting at or before the latest time the operator has seen (docs/decisions.md).
+that completes each window. An event that ends at +inf (an edge still open, an interval to +inf)
+counts, once the CTI reaches +inf, up to the last window starting at or before the latest finite
+moment the operator has seen (§5's bounded work; docs/decisions.md).
 
 State, bounded by time, not by input size:
 
 * when every aggregate is a built-in that merges (``count``, ``sum``, ``min``, ``max``, ``avg`` /
   ``mean`` of one argument, not DISTINCT) and the stream has no substreams: one row of partial
-  aggregates per open window and group, and the START edges still open. An event whose end is
-  known goes into every open window it overlaps in the epoch it arrives (or closes) in; an open
-  edge goes, as before, into the windows that complete while it is open;
+  aggregates per open window and group, and the events that end at +inf (START edges still
+  open, intervals to +inf). An event whose finite end is known goes into every open window it
+  overlaps in the epoch it arrives (or closes) in; one that ends at +inf goes into the windows
+  that complete while it does;
 * otherwise (pandas UDAFs, other aggregates, expressions over aggregates, substreams): the events
   that can still overlap an open window (their end is after the earliest open window's start).
 
-A window of partial aggregates that alone reads an input without edges gets the epoch's partial
+A window of partial aggregates that alone reads a POINT input gets the epoch's partial
 aggregates from the input's scan (:class:`PushedWindow`, computed in Arrow where the input is
 read) instead of its events, for the aggregates Arrow computes as Spark does (:func:`push_window`).
 """
@@ -218,7 +220,7 @@ def window_aggregate(
     pushed = flow.partials
     if pushed is not None and not merging:  # pragma: no cover - push_window's rules are these
         raise AssertionError("window: partial aggregates pushed to a window that keeps events")
-    events_too = pushed is None or flow.edges
+    events_too = pushed is None or flow.edges or flow.unbounded
     known = _known_stats(flow, merging)
     if events_too and (known is None or flow.edges or not merging):  # events read twice
         # a lazy checkpoint, not a cached plan: see engine.operators.join (a union's branch
@@ -228,30 +230,33 @@ def window_aggregate(
     if known is not None:
         stats = known
     else:
-        stats = _stats(flow, events if events_too else None, pushed if flow.edges else None)
+        stats = _stats(flow, events if events_too else None, pushed if flow.unbounded else None)
     latest = max(state.latest, stats["m"] if stats["m"] is not None else MIN_TIME)
     c_last = stats["c"] if stats["c"] is not None else state.last
 
     # Windows completing now, per event: ws + size > lo (completed before), and ws + size <= hi
-    # or, once the CTI is +inf, ws <= the latest time seen (or the last finite CTI's windows, if
-    # later). lo, hi: the input CTI before and after the epoch; with substreams, each the larger
-    # of it and the event's key's keyed CTI. Kept as partial aggregates, an event whose end is
-    # known goes into every window it overlaps that is still open (ws + size > lo) at once.
+    # or, once the CTI is +inf, ws <= L, the latest finite moment seen (its events' starts and
+    # finite ends, its finite CTIs: §5's bounded work). lo, hi: the input CTI before and after
+    # the epoch; with substreams, each the larger of it and the event's key's keyed CTI. Kept as
+    # partial aggregates, an event whose end is known and finite goes into every window it
+    # overlaps that is still open (ws + size > lo) at once; one that ends at +inf (an open edge,
+    # an interval to +inf) only into the windows completing now, and stays held.
     size, hop = spec.size, spec.hop
     lo, hi = str(state.last), str(c_last)
     if keyed is not None:
         lo, hi = f"greatest({lo}, __lk)", f"greatest({hi}, __hk)"
     if c_last == MAX_TIME:
         finite_c = stats["f"] if stats["f"] is not None else state.last
-        bound = str(latest if finite_c == MIN_TIME else max(latest, finite_c - size))
+        bound = str(max(latest, finite_c))
     else:
         bound = f"CASE WHEN {hi} > {lo} THEN {hi} - {size} END"
     lower = f"CASE WHEN {lo} = {MIN_TIME} THEN {START} - {size} + 1 "
     lower += f"ELSE greatest({START} - {size} + 1, {lo} - {size} + 1) END"
     first = f"(({lower}) + pmod(-({lower}), {hop}))"  # the first grid start >= lower
+    opened = f"({_OPEN} OR {END} = {MAX_TIME})" if flow.unbounded else _OPEN
     if merging:
-        last_ws = f"CASE WHEN {_OPEN} THEN least({END} - 1, {bound}) ELSE {END} - 1 END"
-        live = f"{END} > {START} AND (NOT {_OPEN} OR {hi} > {lo}) AND {first} <= {last_ws}"
+        last_ws = f"CASE WHEN {opened} THEN least({END} - 1, {bound}) ELSE {END} - 1 END"
+        live = f"{END} > {START} AND (NOT {opened} OR {hi} > {lo}) AND {first} <= {last_ws}"
     else:
         last_ws = f"least({END} - 1, {bound})"
         live = f"{END} > {START} AND {hi} > {lo} AND {first} <= {last_ws}"
@@ -292,15 +297,16 @@ def window_aggregate(
     )
     open_start = pulled - size if spec.point_at_end and pulled != MIN_TIME else pulled
     held = None
-    if c_last != MAX_TIME and (flow.edges or not merging):
-        # kept as partial aggregates, only the START edges still open; else every event that
-        # may overlap an open window
-        keep = _OPEN if merging else f"{END} > {open_start}"
+    if c_last != MAX_TIME and (flow.edges or flow.unbounded or not merging):
+        # kept as partial aggregates, only the events that end at +inf (START edges still
+        # open); else every event that may overlap an open window
+        keep = opened if merging else f"{END} > {open_start}"
         held = hold(events.filter(keep).selectExpr(START, END, POS, _OPEN, *cols))
     new_state = WindowState(
         held, partials, merging, c_last, latest, max(state.emitted, pulled), key_last, exact
     )
-    out = Flow(results, out_ctis, False, latest=pulled if pulled > state.emitted else MIN_TIME)
+    rose = pulled if pulled > state.emitted else MIN_TIME
+    out = Flow(results, out_ctis, False, latest=rose, unbounded=False)
     if keyed is None:
         return out, new_state
     candidates = keyed.selectExpr(POS, KEY, f"{spec.pulled_sql(CTI)} AS {CTI}")
@@ -320,10 +326,11 @@ def _counted(pushed: DataFrame) -> DataFrame:
 
 def _known_stats(flow: Flow, merging: bool) -> dict[str, int | None] | None:
     """:func:`_stats` without a job, where the driver knows them: the flow's CTIs are known
-    (:attr:`Flow.latest`) and below +inf, and no event can be an open edge whose windows the
-    latest time bounds (partial aggregates of a stream without edges); else None."""
+    (:attr:`Flow.latest`) and below +inf, and no event can end at +inf, so none has windows
+    that the latest time bounds (partial aggregates of a stream without edges, not
+    :attr:`Flow.unbounded`); else None."""
     c = flow.latest
-    if c is None or c == MAX_TIME or not merging or flow.edges:
+    if c is None or c == MAX_TIME or not merging or flow.edges or flow.unbounded:
         return None
     known = c if c != MIN_TIME else None
     return {"c": known, "f": known, "m": None}
@@ -333,7 +340,8 @@ def _stats(
     flow: Flow, events: DataFrame | None, pushed: DataFrame | None = None
 ) -> dict[str, int | None]:
     """The epoch's last (``c``) and last finite (``f``) input CTI, and the latest time of its
-    events (``m``: where an open edge's windows end once the CTI is +inf; None without
+    events (``m``: its largest start or finite end; with ``f``, where the windows of an event
+    that ends at +inf end once the CTI is +inf; None without
     ``events``; ``pushed``: partial aggregates with the latest time of theirs, ``__latest``),
     None where there is none: one small job."""
     none = "CAST(NULL AS BIGINT)"
@@ -347,7 +355,7 @@ def _stats(
             events.selectExpr(
                 none + " AS c",
                 none + " AS f",
-                f"max(CASE WHEN {_OPEN} THEN {START} ELSE greatest({START}, {END} - 1) END) AS m",
+                f"max(greatest({START}, CASE WHEN {END} < {MAX_TIME} THEN {END} END)) AS m",
             )
         )
     if pushed is not None:

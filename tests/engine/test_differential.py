@@ -13,6 +13,8 @@ from pyspark.sql import functions as F
 
 from adapters.memory import EventScript
 from engine import (
+    MAX_TIME,
+    MIN_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
@@ -148,26 +150,39 @@ UNARY = {
         lambda s: s.alter_event_lifetime(lambda c: c - F.pmod(c, F.lit(10)), 3),
     ),
 }
+#: lifetime chains only: times 0..40 moved next to +-inf, where some starts cross and are
+#: dropped and ends saturate (§5; windows there would need grid arithmetic past int64)
+NEAR_LIMITS = {
+    **UNARY,
+    "shift-to-max": (
+        lambda n: ShiftEventTime(n, MAX_TIME - 30),
+        lambda s: s.shift_event_time(MAX_TIME - 30),
+    ),
+    "shift-to-min": (
+        lambda n: ShiftEventTime(n, MIN_TIME + 20),
+        lambda s: s.shift_event_time(MIN_TIME + 20),
+    ),
+}
 
 
 @given(
     data=st.data(),
-    case=cases(max_inputs=2, max_items=20),
+    case=cases(max_inputs=2, max_items=20, forever=True),
     shape=SHAPES,
-    chain=st.lists(st.sampled_from(sorted(UNARY)), min_size=1, max_size=3),
+    chain=st.lists(st.sampled_from(sorted(NEAR_LIMITS)), min_size=1, max_size=3),
 )
 def test_chains_of_lifetime_operators_match_the_reference(app, data, case, shape, chain):
     cuts = data.draw(epoch_cuts(case.length))
     names = list(case.shapes)
     plan = Union(tuple(Input(n) for n in names)) if len(names) > 1 else Input(names[0])
     for op in chain:
-        plan = UNARY[op][0](plan)
+        plan = NEAR_LIMITS[op][0](plan)
 
     def build(s):
         first, *rest = (s[n] for n in names)
         stream = first.union(*rest) if rest else first
         for op in chain:
-            stream = UNARY[op][1](stream)
+            stream = NEAR_LIMITS[op][1](stream)
         return stream
 
     _agree(app, case, plan, build, shape, cuts)
@@ -178,7 +193,7 @@ GRIDS = [(10, 10), (10, 5), (6, 4), (4, 6)]  # (size, hop): tumbling, hopping, g
 
 @given(
     data=st.data(),
-    case=cases(max_inputs=2, max_items=20),
+    case=cases(max_inputs=2, max_items=20, forever=True),
     shape=SHAPES,
     grid=st.sampled_from(GRIDS),
     keyed=st.booleans(),
@@ -696,10 +711,11 @@ def test_a_window_over_a_join_without_edges_gets_its_partials_from_the_join(app,
 def test_a_window_aggregated_in_its_inputs_scan_matches_the_reference(
     app, cuts, shape, monkeypatch
 ):
-    # A window that alone reads an input gets its partial aggregates from the input's scan
+    # A window that alone reads a POINT input gets its partial aggregates from the input's scan
     # (engine.operators.window.PushedWindow): two partitions whose partials meet in Spark, late
-    # events dropped or (intervals) adjusted, events in several hopping windows, windows that
-    # complete in a later epoch than their events arrive in.
+    # events dropped, events in several hopping windows, windows that complete in a later epoch
+    # than their events arrive in. Intervals (adjusted here) may end at +inf, so they are not
+    # counted in the scan (docs/decisions.md, "Windows"): the same scenario runs in Spark.
     pushed = []
     real = runtime_module.push_window
     monkeypatch.setattr(
@@ -728,7 +744,7 @@ def test_a_window_aggregated_in_its_inputs_scan_matches_the_reference(
         return windows.aggregate(n=F.count("*"), s=F.sum("v"))
 
     _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
-    assert pushed and all(p is not None for p in pushed)
+    assert bool(pushed) == (shape is EventShape.POINT) and all(p is not None for p in pushed)
 
 
 @pytest.mark.parametrize("cuts", [[], [4], [2, 7]])
@@ -833,7 +849,7 @@ def test_joins_match_the_reference(app, data, case, shape, anti, after):
 
 @given(
     data=st.data(),
-    case=cases(max_inputs=2, max_items=18),
+    case=cases(max_inputs=2, max_items=18, forever=True),
     shape=SHAPES,
     keyed=st.booleans(),
     pre=st.sampled_from(["-", "where", "shift-7"]),

@@ -267,12 +267,12 @@ def test_snapshot_windows_aggregate_between_consecutive_endpoints(app):
     inputs = {"a": In(EventShape.INTERVAL, explicit)}
     build = lambda s: s["a"].snapshot_window().aggregate(n=F.count("*"), s=F.sum("v"))  # noqa: E731
     out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, [1, 2])
-    # Endpoints 0, 5, 10, 15; at CTI 20 every snapshot is final; the output CTI is the start of
-    # the snapshot that contains 20, i.e. the last endpoint, 15.
+    # Endpoints 0, 5, 10, 15; at CTI 20 every snapshot is final; no event's lifetime holds 20,
+    # so the output CTI is 20 itself (§5: an empty stretch holds nothing back).
     assert out == [
         interval(0, 5, {"n": 1, "s": 1}),
         interval(5, 10, {"n": 2, "s": 3}),
         interval(10, 15, {"n": 1, "s": 2}),
-        cti(15),
+        cti(20),
         INF,
     ]

@@ -259,7 +259,8 @@ class AntiJoin:
 class Snapshot:
     """§5 snapshot window with an aggregate: one event per snapshot (the span between consecutive
     event endpoints) and group, over the events active in it. Output CTI: the start of the
-    snapshot that contains the input CTI (the largest endpoint at or before it)."""
+    snapshot that contains the input CTI when an event holds it, else the input CTI itself
+    (:func:`_snapshot`)."""
 
     child: Node
     keys: tuple[str, ...]
@@ -439,6 +440,9 @@ class Result:
     ``root_keyed_ctis``: the keyed CTI rows that reached egress (the plan's root), in order;
     they release items ("Per-key CTIs" rule 7 in the module docstring) but are never delivered:
     ``output`` has global CTIs only.
+    ``lifetime_dropped``: per lifetime operator (``ShiftEventTime``, ``AlterEventDuration``,
+    ``AlterEventLifetime``, ``ToPoint``), children before parents, the events it dropped because
+    their start landed at ``±inf`` (§5).
     """
 
     output: list[Event]
@@ -447,6 +451,7 @@ class Result:
     ordering: dict[str, list[Decision]] = field(default_factory=dict)
     keyed_ctis: dict[str, list[KeyedCti]] = field(default_factory=dict)
     root_keyed_ctis: list[KeyedCti] = field(default_factory=list)
+    lifetime_dropped: list[int] = field(default_factory=list)
 
 
 # -- positions --------------------------------------------------------------------------------
@@ -772,42 +777,46 @@ class _Ingress:
 
 
 # -- operators --------------------------------------------------------------------------------
-def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
+def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) -> list[_Row]:
     """The rows of ``node`` in position order (keyed CTI rows: module docstring, "Per-key
     CTIs"; the operators that use global CTIs only get their inputs without them)."""
     if isinstance(node, Input):
         return list(inputs[node.name])
     if isinstance(node, MergeSubstreams):
-        return _global_only(_evaluate(node.child, inputs))
+        return _global_only(_evaluate(node.child, inputs, dropped))
     if isinstance(node, Where):
         return [
             row
-            for row in _evaluate(node.child, inputs)
+            for row in _evaluate(node.child, inputs, dropped)
             if row.event.is_cti or node.predicate(dict(row.event.payload))
         ]
     if isinstance(node, Select):
         out = []
-        for row in _evaluate(node.child, inputs):
+        for row in _evaluate(node.child, inputs, dropped):
             e = row.event
             if not e.is_cti:
                 e = Event(e.kind, e.start, e.end, node.project(dict(e.payload)), e.edge)
             out.append(_Row(row.position, e, row.key))
         return out
     if isinstance(node, Union):
-        return _union([_evaluate(child, inputs) for child in node.children])
+        return _union([_evaluate(child, inputs, dropped) for child in node.children])
     if isinstance(node, ShiftEventTime):
         d = node.delta
-        return _lifetime(_evaluate(node.child, inputs), lambda t: saturating_sub(t, -d), None)
+        return _lifetime(_evaluate(node.child, inputs, dropped), lambda t: t + d, None, dropped)
     if isinstance(node, AlterEventDuration):
-        return _lifetime(_evaluate(node.child, inputs), lambda t: t, node.duration)
+        return _lifetime(
+            _evaluate(node.child, inputs, dropped), lambda t: t, node.duration, dropped
+        )
     if isinstance(node, ToPoint):
-        return _lifetime(_evaluate(node.child, inputs), lambda t: t, 1)
+        return _lifetime(_evaluate(node.child, inputs, dropped), lambda t: t, 1, dropped)
     if isinstance(node, AlterEventLifetime):
-        return _lifetime(_evaluate(node.child, inputs), node.start_fn, node.duration)
+        return _lifetime(
+            _evaluate(node.child, inputs, dropped), node.start_fn, node.duration, dropped
+        )
     if isinstance(node, Window):
-        return _window(node, _evaluate(node.child, inputs))
+        return _window(node, _evaluate(node.child, inputs, dropped))
     if isinstance(node, Join):
-        left, right = _evaluate(node.left, inputs), _evaluate(node.right, inputs)
+        left, right = _evaluate(node.left, inputs, dropped), _evaluate(node.right, inputs, dropped)
         # Keyed rows enter a join on their key, from a side with no join below (rule 5).
         left, right = (
             [r for r in rows if r.key is None or (r.key[0] in node.on and not _joins_in(side))]
@@ -815,10 +824,10 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]]) -> list[_Row]:
         )
         return _join(node, left, right)
     if isinstance(node, AntiJoin):
-        left = _global_only(_evaluate(node.left, inputs))
-        return _anti_join(node, left, _global_only(_evaluate(node.right, inputs)))
+        left = _global_only(_evaluate(node.left, inputs, dropped))
+        return _anti_join(node, left, _global_only(_evaluate(node.right, inputs, dropped)))
     if isinstance(node, Snapshot):
-        return _snapshot(node, _global_only(_evaluate(node.child, inputs)))
+        return _snapshot(node, _global_only(_evaluate(node.child, inputs, dropped)))
     raise TypeError(f"not a plan node: {node!r}")
 
 
@@ -827,8 +836,13 @@ def _snapshot(node: Snapshot, rows: list[_Row]) -> list[_Row]:
     still open); an empty lifetime has none. At an input CTI ``c`` every endpoint below ``c`` is
     known (later events start, and END edges end, at or after ``c``), so every snapshot ``[p, q)``
     between consecutive endpoints with ``q < c`` not emitted before is final: one result per
-    group of the events active in it (``start <= p < end``), at the CTI's position. Then the
-    output CTI: the largest endpoint below ``c`` (``c`` itself at +inf)."""
+    group of the events active in it (``start <= p < end``), at the CTI's position. At ``c =
+    +inf`` every snapshot is final, the last one ``[p, +inf)`` too (§5's bounded work: an event
+    whose lifetime ends at +inf counts up to the snapshot that contains the latest finite
+    moment, and that is the last one). Then the output CTI (§5, "a snapshot never stalls a
+    query"): ``P``, the largest endpoint below ``c``, when some event received has ``start < c <=
+    end`` (the snapshot from ``P`` holds it and is final only at a CTI above its end); otherwise
+    ``c`` itself (``c`` at +inf)."""
     members: list[_Member] = []
     done = MIN_TIME  # snapshots ending at or before this are emitted
     emitted = MIN_TIME
@@ -842,7 +856,7 @@ def _snapshot(node: Snapshot, rows: list[_Row]) -> list[_Row]:
         live = [m for m in members if m.end > m.start]
         points = sorted({m.start for m in live} | {m.end for m in live})
         for p, q in itertools.pairwise(points):
-            if p < done or q >= c:
+            if p < done or (q >= c and c != MAX_TIME):
                 continue
             groups: dict[tuple, list[dict]] = {}
             for m in live:
@@ -856,7 +870,8 @@ def _snapshot(node: Snapshot, rows: list[_Row]) -> list[_Row]:
         before = [p for p in points if p < c]
         if before:
             done = max(done, before[-1])
-        start = c if c == MAX_TIME else (before[-1] if before else MIN_TIME)
+        held_back = any(m.start < c <= m.end for m in live)  # then ``before`` is not empty
+        start = before[-1] if held_back and c != MAX_TIME else c
         if start > emitted:
             emitted = start
             out.append(_Row(row.position, cti(start)))
@@ -1104,9 +1119,12 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
     not completed before, emitting one result per non-empty window and group (at the CTI's
     position, before the CTI), then the pulled-back CTI if it rises.
 
-    At ``c = +inf`` the windows that complete are those starting at or before ``latest``: the
-    largest ``max(start, end - 1)`` of any event received (``start`` for an edge still open), so
-    an edge never closed does not make windows without end.
+    At ``c = +inf`` the windows that complete are those starting at or before ``latest``, the
+    latest finite moment the operator has seen: the largest finite start, end or global CTI of
+    its input so far (§5's bounded work). An event whose lifetime ends at +inf (an edge never
+    closed, an interval to +inf) so counts in every window from its start up to and including
+    the window that contains ``latest``, never in windows without end. A finite CTI ``c``
+    completes only windows with ``ws < ws + size <= c <= latest``: the bound never cuts them.
 
     Per-key CTIs (module docstring, rule 4): a keyed row ``(K, k, c)`` with ``K`` not among the
     window's keys is dropped. Otherwise a group is complete through ``max(last, last_k)`` (the
@@ -1174,10 +1192,12 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
     for row in rows:
         e = row.event
         if not e.is_cti:
-            m = _take(members, e)
-            latest = max(latest, m.start if m.open else max(m.start, m.end - 1))
+            _take(members, e)
+            latest = max([latest, *(t for t in (e.start, e.end) if _finite(t))])
             continue
         c = e.start
+        if row.key is None and _finite(c):
+            latest = max(latest, c)
         if row.key is None:
             if c <= last:
                 continue
@@ -1201,23 +1221,36 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
     return out
 
 
-def _lifetime(rows: list[_Row], move: Callable[[int], int], duration: int | None) -> list[_Row]:
-    """Move each start (and each CTI) by ``move``. Without a duration, ends move like starts and
-    edges stay edges. With one, ``end = start + duration``: a START edge becomes that interval
+def _finite(t: int) -> bool:
+    """``t`` is a moment on the timeline, not ``-inf`` or ``+inf``."""
+    return t not in (MIN_TIME, MAX_TIME)
+
+
+def _lifetime(
+    rows: list[_Row], move: Callable[[int], int], duration: int | None, dropped: list[int]
+) -> list[_Row]:
+    """Move each start (and each CTI) by ``move``, saturating at ``±inf`` (§5: a shift that
+    would cross ``±inf`` stays there). Without a duration, ends move like starts and edges stay
+    edges. With one, ``end = start + duration`` (saturating): a START edge becomes that interval
     once its lifetime is known not to be empty, and its END edge is dropped. A START edge at
     ``s`` can still be closed at ``s`` (empty: semantics §3.4, or a join's pair that ends at its
     start) while its stream's CTI is at or below ``s``; after a CTI above ``s`` every END edge
     ends above ``s``. So it is held until the first CTI above ``s`` (global, or keyed of its
-    key), and leaves as the interval at that CTI's position, before it; an END edge at or before
-    its start cancels the oldest held identical START edge, which never leaves. CTIs at +-inf
-    stay; a CTI is emitted when it rises.
+    key; ``s`` as it came, before the move), and leaves as the interval at that CTI's position,
+    before it; an END edge at or before its start cancels the oldest held identical START edge,
+    which never leaves. CTIs at +-inf stay; a CTI is emitted when it rises.
+
+    An event whose start lands at ``±inf`` is dropped (§5) and counted in ``dropped`` (the
+    operator's count, appended to the list when the operator is done): points, intervals and
+    START edges, counted when they arrive (a START edge so is never held); the END edge of a
+    dropped START edge lands there too and is dropped uncounted (it cancels nothing).
 
     Per-key CTIs (module docstring, rule 3): a keyed row ``(K, k, c)`` becomes ``(K, k,
     moved(c))``, emitted when that is above the latest global output CTI and the latest keyed
     output of ``(K, k)``."""
 
     def moved(t: int) -> int:
-        return t if t in (MIN_TIME, MAX_TIME) else move(t)
+        return t if not _finite(t) else max(MIN_TIME, min(MAX_TIME, move(t)))
 
     def complete(e: Event) -> Event:
         start = moved(e.start)
@@ -1225,6 +1258,7 @@ def _lifetime(rows: list[_Row], move: Callable[[int], int], duration: int | None
 
     out: list[_Row] = []
     current = MIN_TIME
+    drops = 0
     keyed: dict[tuple[str, Any], int] = {}  # per (K, k): the latest keyed output CTI
     held: list[Event] = []  # START edges not yet known to be non-empty, in arrival order
 
@@ -1249,10 +1283,12 @@ def _lifetime(rows: list[_Row], move: Callable[[int], int], duration: int | None
                 current = c
                 out.append(_Row(row.position, cti(c)))
             continue
+        start = moved(e.start)
+        if not _finite(start):
+            drops += e.edge is not EdgeType.END
+            continue
         if duration is None:
-            out.append(
-                _Row(row.position, Event(e.kind, moved(e.start), moved(e.end), e.payload, e.edge))
-            )
+            out.append(_Row(row.position, Event(e.kind, start, moved(e.end), e.payload, e.edge)))
         elif e.edge is EdgeType.START:
             held.append(e)
         elif e.edge is EdgeType.END:
@@ -1261,6 +1297,7 @@ def _lifetime(rows: list[_Row], move: Callable[[int], int], duration: int | None
                 held.remove(same)
         else:
             out.append(_Row(row.position, complete(e)))
+    dropped.append(drops)
     return out
 
 
@@ -1532,7 +1569,8 @@ def _run(
             ing.on_stop()
 
     rows = {ing.name: ing.rows for ing in ingresses}
-    root = _evaluate(plan, rows)
+    dropped: list[int] = []
+    root = _evaluate(plan, rows, dropped)
     return Result(
         output=_egress(root, shape),
         ingress={ing.name: [r.event for r in _global_only(ing.rows)] for ing in ingresses},
@@ -1542,6 +1580,7 @@ def _run(
             ing.name: [_keyed(r) for r in ing.rows if r.key is not None] for ing in ingresses
         },
         root_keyed_ctis=[_keyed(r) for r in root if r.key is not None],
+        lifetime_dropped=dropped,
     )
 
 
