@@ -23,7 +23,9 @@ State, bounded by time, not by input size:
   ``mean`` of one argument, not DISTINCT) and the stream has no substreams: one row of partial
   aggregates per open window and group, and the START edges still open. An event whose end is
   known goes into every open window it overlaps in the epoch it arrives (or closes) in; an open
-  edge goes, as before, into the windows that complete while it is open;
+  edge goes, as before, into the windows that complete while it is open. Sums of doubles (and
+  averages' sums) are kept exact, as expansions, and rounded once in the result (semantics §4,
+  engine.exact);
 * otherwise (pandas UDAFs, other aggregates, expressions over aggregates, substreams): the events
   that can still overlap an open window (their end is after the earliest open window's start).
 
