@@ -25,7 +25,8 @@ State, bounded by time, not by input size:
   aggregates per open window and group, and the events that end at +inf (START edges still
   open, intervals to +inf). An event whose finite end is known goes into every open window it
   overlaps in the epoch it arrives (or closes) in; one that ends at +inf goes into the windows
-  that complete while it does;
+  that complete while it does. Sums of doubles (and averages' sums) are kept exact, as
+  expansions, and rounded once in the result (semantics §4, engine.exact);
 * otherwise (pandas UDAFs, other aggregates, expressions over aggregates, substreams): the events
   that can still overlap an open window (their end is after the earliest open window's start).
 

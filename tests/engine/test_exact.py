@@ -84,7 +84,10 @@ def test_doubles_aggregate_to_the_same_bits_in_1_4_and_20_epochs(app, aggregates
         stream = s["a"] if where == "scan" else s["a"].where(F.col("k") >= 0)
         return stream.hopping_window(10, 5).group_by("k").aggregate(**columns())
 
-    for epochs, trace in ((1, False), (4, False), (20, False), (4, True)):
+    runs = [(1, False), (4, False), (20, False)]
+    if where == "scan":  # a traced run aggregates in Spark, not in the scan
+        runs.append((4, True))
+    for epochs, trace in runs:
         out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, epochs, trace)
         assert out == expected.output, f"epochs={epochs}, traced={trace}"
 
