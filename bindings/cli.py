@@ -197,7 +197,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         help=f"a Query, or a function with no arguments returning one; e.g. {_EXAMPLE}",
     )
-    p.add_argument("--epochs", type=int, default=1, help="epochs to cut the run into (default 1)")
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="epochs to cut the run into (default: by size, at most about 250,000 input items "
+        "each, as query.run() does)",
+    )
     p.add_argument("--timeline-png", metavar="PATH", help="default: <query>-timeline.png")
     p.add_argument("--timeline-html", metavar="PATH", help="default: <query>-timeline.html")
     p.add_argument("--no-timeline", action="store_true", help="run without tracing")
@@ -214,7 +220,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ctistream`` console script and of ``python -m bindings.cli``."""
     args = _parser().parse_args(argv)
-    if args.epochs < 1:
+    if args.epochs is not None and args.epochs < 1:
         print(f"ctistream: --epochs must be >= 1; got {args.epochs}", file=sys.stderr)
         return 2
     if args.trace_cap < 1:
@@ -240,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = 1
     took = time.monotonic() - began
     print(
-        f"query {query.name!r}: {'failed' if status else 'ran'} in {args.epochs} epoch(s), "
+        f"query {query.name!r}: {'failed' if status else 'ran'} in "
+        f"{'epochs by size' if args.epochs is None else f'{args.epochs} epoch(s)'}, "
         f"{took:.1f} s"
     )
     print()

@@ -30,20 +30,22 @@ def test_the_command_runs_an_example_prints_metrics_and_writes_the_timeline(tmp_
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
     header = rows["input"]
     # 40 data points, each followed by a CTI, and the flush at the end: 41 generated CTIs, all
-    # imported by the lookup stream; its late START edge (20 s, arriving after the CTI at 30 s)
-    # is adjusted to 30 s.
+    # imported by the lookup stream. Its late update (both arriving after the CTI at 30 s) counts
+    # two adjustments: the END edge at 20 s closes limit 50 at 30 s (semantics §3.4), and ADJUST
+    # moves the START edge of limit 60 from 20 s to 30 s.
     assert rows["dataStream"][header.index("events_in")] == "40"
     assert rows["dataStream"][header.index("ctis_generated")] == "41"
     assert rows["lookupStream"][header.index("ctis_imported")] == "41"
-    assert rows["lookupStream"][header.index("adjusted")] == "1"
+    assert rows["lookupStream"][header.index("adjusted")] == "2"
     assert rows["2:join"][-1] == "+inf"
     assert f"timeline: {png} and {html}" in out
 
     assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 20_000
     page = html.read_text()
-    (adjusted,) = re.findall(r'<g class="event adjusted"[^>]*>', page)
-    assert 'data-input="lookupStream"' in adjusted
-    assert f'data-time="{t0 + 20 * S}"' in adjusted and f'data-adjusted="{t0 + 30 * S}"' in adjusted
+    end, start = re.findall(r'<g class="event adjusted"[^>]*>', page)  # in arrival order
+    for mark, kind in ((end, "end"), (start, "start")):
+        assert 'data-input="lookupStream"' in mark and f'data-kind="{kind}"' in mark
+        assert f'data-time="{t0 + 20 * S}"' in mark and f'data-adjusted="{t0 + 30 * S}"' in mark
     # The join's output CTIs follow the data stream: 1 s .. 40 s, then +inf at the stop.
     values = re.findall(r'class="cti output-cti"[^>]*data-value="([^"]+)"', page)
     assert values == [str(t0 + k * S) for k in range(1, 41)] + ["+inf"]
@@ -57,7 +59,7 @@ def test_the_command_runs_an_example_prints_metrics_and_writes_the_timeline(tmp_
         (f"{ROOT}/examples/nope.py:query", r"no file .*nope\.py.*expected.*Fix:"),
         (
             f"{LOOKUP}:nothing",
-            r"has no attribute 'nothing'.*\['at', 'build', 'main', 'query', 'run', .*Fix:",
+            r"has no attribute 'nothing'.*\['at', 'build', .*'main', 'query', 'run', .*Fix:",
         ),
         ("math:pi", r"math:pi is a float .*expected a bindings\.Query.*Fix:"),
         (f"{LOOKUP}:build", r"takes arguments \['app', 'import_ctis'\].*Fix:"),
@@ -68,3 +70,12 @@ def test_a_target_that_names_no_query_is_refused(target, says, capsys):
     assert main([target]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ctistream: ") and re.search(says, err, re.S), err
+
+
+def test_the_command_cuts_the_run_by_size_unless_told_how_many_epochs():
+    # as query.run(): the default is None (epochs of at most about EPOCH_ITEMS input items), so
+    # the command's memory does not grow with the input; --epochs N still cuts into N
+    from bindings.cli import _parser
+
+    assert _parser().parse_args(["m:q"]).epochs is None
+    assert _parser().parse_args(["m:q", "--epochs", "3"]).epochs == 3
