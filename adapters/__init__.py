@@ -1,7 +1,7 @@
 """Adapters: the contracts (``adapters.base``), the push-style base for StreamInsight ports
 (``adapters.push``) and the built-in implementations."""
 
-from adapters.base import (
+from ctistream.adapters.base import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,
@@ -10,7 +10,7 @@ from adapters.base import (
     Progress,
     SourceItem,
 )
-from adapters.push import (
+from ctistream.adapters.push import (
     AdapterState,
     ArrivalStamp,
     EnqueueResult,

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from adapters._records import _format_time, _json_default
-from adapters.base import OutputAdapter, Progress
-from engine.errors import EngineError
-from engine.events import Event, EventKind, EventShape
+from ctistream.adapters._records import _format_time, _json_default
+from ctistream.adapters.base import OutputAdapter, Progress
+from ctistream.engine.errors import EngineError
+from ctistream.engine.events import Event, EventKind, EventShape
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,17 @@ from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
-from engine.events import EdgeType, Event, EventShape, edge_end, edge_start, interval, point
-from engine.schema import check_payload_names
-from engine.temporal import MAX_TIME, MIN_TIME, format_ticks, to_datetime, to_ticks
+from ctistream.engine.events import (
+    EdgeType,
+    Event,
+    EventShape,
+    edge_end,
+    edge_start,
+    interval,
+    point,
+)
+from ctistream.engine.schema import check_payload_names
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks, to_datetime, to_ticks
 
 _GOT_LIMIT = 120
 

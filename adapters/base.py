@@ -58,12 +58,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar, Generic, NamedTuple, TypeVar
 
-from engine.errors import MalformedRecordError
-from engine.events import Event, EventShape
+from ctistream.engine.errors import MalformedRecordError
+from ctistream.engine.events import Event, EventShape
 
 if TYPE_CHECKING:
     import pyarrow as pa
-from engine.settings import AdapterAdvanceTimeSettings
+from ctistream.engine.settings import AdapterAdvanceTimeSettings
 
 __all__ = [
     "InputAdapter",

@@ -102,10 +102,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BeforeValidator, Field, SecretStr, model_validator
-
-from adapters._marked import Mark, MarkedOutputAdapter, read_mark
-from adapters._records import (
+from ctistream.adapters._marked import Mark, MarkedOutputAdapter, read_mark
+from ctistream.adapters._records import (
     _Bad,
     _Column,
     _event,
@@ -113,18 +111,19 @@ from adapters._records import (
     _parse_ddl,
     _parse_time,
 )
-from adapters._secret import SecretConfig
-from adapters.base import (
+from ctistream.adapters._secret import SecretConfig
+from ctistream.adapters.base import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,
     OutputAdapterFactory,
     SourceItem,
 )
-from engine.errors import EngineError, MalformedRecordError, QueryBuildError
-from engine.events import EventShape, cti
-from engine.settings import AdapterAdvanceTimeSettings
-from engine.temporal import format_ticks
+from ctistream.engine.errors import EngineError, MalformedRecordError, QueryBuildError
+from ctistream.engine.events import EventShape, cti
+from ctistream.engine.settings import AdapterAdvanceTimeSettings
+from ctistream.engine.temporal import format_ticks
+from pydantic import BeforeValidator, Field, SecretStr, model_validator
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient

@@ -72,9 +72,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
-
-from adapters._records import (
+from ctistream.adapters._records import (
     _FLOAT_RE,
     _GOT_LIMIT,
     _SUPPORTED,
@@ -90,7 +88,7 @@ from adapters._records import (
     _parse_flag,
     _parse_time,
 )
-from adapters.base import (
+from ctistream.adapters.base import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,
@@ -99,12 +97,13 @@ from adapters.base import (
     Progress,
     SourceItem,
 )
-from engine.checkpoint import DamagedFile, read_checked, write_checked
-from engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
-from engine.events import Event, EventKind, EventShape, cti
-from engine.schema import infer_payload_schema
-from engine.settings import AdapterAdvanceTimeSettings
-from engine.temporal import MAX_TIME, MIN_TIME, format_ticks
+from ctistream.engine.checkpoint import DamagedFile, read_checked, write_checked
+from ctistream.engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
+from ctistream.engine.events import Event, EventKind, EventShape, cti
+from ctistream.engine.schema import infer_payload_schema
+from ctistream.engine.settings import AdapterAdvanceTimeSettings
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 __all__ = [
     "INFER_ROWS",

@@ -89,10 +89,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BeforeValidator, Field, SecretStr, model_validator
-
-from adapters._marked import Mark, MarkedOutputAdapter, read_mark
-from adapters._records import (
+from ctistream.adapters._marked import Mark, MarkedOutputAdapter, read_mark
+from ctistream.adapters._records import (
     _Bad,
     _Column,
     _event,
@@ -101,17 +99,18 @@ from adapters._records import (
     _parse_time,
     _quote,
 )
-from adapters._secret import SecretConfig
-from adapters.base import (
+from ctistream.adapters._secret import SecretConfig
+from ctistream.adapters.base import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,
     OutputAdapterFactory,
     SourceItem,
 )
-from engine.errors import EngineError, MalformedRecordError, QueryBuildError
-from engine.events import EventShape, cti, point
-from engine.settings import AdapterAdvanceTimeSettings
+from ctistream.engine.errors import EngineError, MalformedRecordError, QueryBuildError
+from ctistream.engine.events import EventShape, cti, point
+from ctistream.engine.settings import AdapterAdvanceTimeSettings
+from pydantic import BeforeValidator, Field, SecretStr, model_validator
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition

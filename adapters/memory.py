@@ -20,9 +20,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
-from adapters.base import (
+from ctistream.adapters.base import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,
@@ -31,9 +29,10 @@ from adapters.base import (
     Progress,
     SourceItem,
 )
-from engine.events import Event, EventKind, EventShape, cti
-from engine.schema import infer_payload_schema
-from engine.temporal import format_ticks, to_ticks
+from ctistream.engine.events import Event, EventKind, EventShape, cti
+from ctistream.engine.schema import infer_payload_schema
+from ctistream.engine.temporal import format_ticks, to_ticks
+from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "EventScript",

@@ -103,9 +103,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 
-from adapters.base import InputAdapter, InputAdapterFactory, ItemKind, SourceItem
-from engine.errors import EngineError
-from engine.events import Event, EventKind, EventShape, cti
+from ctistream.adapters.base import InputAdapter, InputAdapterFactory, ItemKind, SourceItem
+from ctistream.engine.errors import EngineError
+from ctistream.engine.events import Event, EventKind, EventShape, cti
 
 __all__ = [
     "AdapterState",
@@ -499,7 +499,7 @@ class PushInputSource(InputAdapter):
         if not isinstance(adapter, PushInputAdapter):
             raise TypeError(
                 f"{type(factory).__name__}.create_adapter must return a PushInputAdapter; got "
-                f"{adapter!r}. Fix: subclass adapters.push.PushInputAdapter"
+                f"{adapter!r}. Fix: subclass ctistream.PushInputAdapter"
             )
         buffer = _PushBuffer(adapter, name, self._shape, factory.buffer_capacity)
         adapter._buffer = buffer

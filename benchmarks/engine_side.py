@@ -16,19 +16,19 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from pyspark.sql import functions as F
-
-from adapters.files import FileInputConfig, FileInputFactory
-from benchmarks.one_partition import OnePartitionFileFactory
-from benchmarks.sink import CountingConfig, CountingFactory
-from bindings import Application, Stream
-from engine import (
+from ctistream.adapters.files import FileInputConfig, FileInputFactory
+from ctistream.bindings import Application, Stream
+from ctistream.engine import (
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
     EventShape,
 )
+from pyspark.sql import functions as F
+
+from benchmarks.one_partition import OnePartitionFileFactory
+from benchmarks.sink import CountingConfig, CountingFactory
 
 DATA = "data"
 REF = "ref"

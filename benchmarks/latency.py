@@ -27,17 +27,17 @@ import statistics
 import time
 from datetime import UTC, datetime, timedelta
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-
-from adapters.kafka import (
+from ctistream.adapters.kafka import (
     KafkaInputConfig,
     KafkaInputFactory,
     KafkaOutputConfig,
     KafkaOutputFactory,
 )
+from ctistream.bindings import Application, Stream
+from ctistream.engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, EventShape
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
 from benchmarks import memory
-from bindings import Application, Stream
-from engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, EventShape
 from tests.brokers.kafka import TansuBroker
 
 

@@ -19,10 +19,9 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from adapters.base import ItemKind, SourceItem
-from adapters.files import FileInputAdapter, FileInputConfig, FileInputFactory
-from engine.events import EventShape
+from ctistream.adapters.base import ItemKind, SourceItem
+from ctistream.adapters.files import FileInputAdapter, FileInputConfig, FileInputFactory
+from ctistream.engine.events import EventShape
 
 ALL = "all-files"
 

@@ -54,17 +54,17 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from ctistream.engine.temporal import format_ticks
+
 from benchmarks import data, engine_side, memory, native
 from benchmarks.engine_side import Result
-from engine.temporal import format_ticks
 
 SIDES = ("engine", "native")
 
 
 def session(args: argparse.Namespace):
+    from ctistream.engine._spark import LEAN_SESSION
     from pyspark.sql import SparkSession
-
-    from engine._spark import LEAN_SESSION
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -132,7 +132,7 @@ def compare(which: str, eng: Result, nat: Result) -> str:
 
 
 def side_by_side(args: argparse.Namespace) -> None:
-    from bindings import Application
+    from ctistream.bindings import Application
 
     spark = session(args)
     app = Application("bench", spark)
@@ -179,7 +179,7 @@ def print_table(rows: list) -> None:
 
 def one_side(args: argparse.Namespace) -> None:
     """``--side``: one query, once, in this process; print its result as JSON (for --memory)."""
-    from bindings import Application
+    from ctistream.bindings import Application
 
     meta = dataset(args, args.events[0])
     spark = session(args)

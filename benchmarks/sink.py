@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from adapters.base import OutputAdapter, OutputAdapterFactory
-from engine.events import Event, EventShape
+from ctistream.adapters.base import OutputAdapter, OutputAdapterFactory
+from ctistream.engine.events import Event, EventShape
 
 
 @dataclass

@@ -22,16 +22,16 @@ import time
 from collections import defaultdict
 from datetime import UTC, datetime
 
+import ctistream.adapters._marked as marked
+import ctistream.engine.egress as egress
+import ctistream.engine.ingress as ingress
+import ctistream.engine.runtime as runtime
+import ctistream.engine.streaming as streaming
+from ctistream.bindings import Application
 from kafka import KafkaProducer
 from pyspark.sql.classic import dataframe
 
-import adapters._marked as marked
-import engine.egress as egress
-import engine.ingress as ingress
-import engine.runtime as runtime
-import engine.streaming as streaming
 from benchmarks.latency import kafka_query
-from bindings import Application
 from tests.brokers.kafka import TansuBroker
 
 #: seconds per part, for the steps after the warm-up

@@ -25,7 +25,7 @@ _SETTLE = "CTISTREAM_BENCH_SETTLE"  # read by the functions in the workers (they
 
 def _settle() -> None:
     if os.environ.get(_SETTLE) == "1":
-        from engine._spark import settle_worker
+        from ctistream.engine._spark import settle_worker
 
         settle_worker()
 
@@ -45,9 +45,8 @@ def _same(batches):
 
 
 def _one(uds: bool, jobs: int) -> list[float]:
+    from ctistream.engine._spark import LEAN_SESSION
     from pyspark.sql import SparkSession
-
-    from engine._spark import LEAN_SESSION
 
     builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
     builder = builder.config("spark.sql.shuffle.partitions", "2")

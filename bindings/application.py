@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ctistream.adapters.base import OutputAdapterFactory
+from ctistream.bindings.template import QueryBinder, QueryTemplate
+from ctistream.engine._spark import default_session
+from ctistream.engine.errors import QueryBuildError
+from ctistream.engine.events import EventShape
+from ctistream.engine.plan import Node
+from ctistream.engine.runtime import Runtime
 from pyspark.sql import SparkSession
 
-from adapters.base import OutputAdapterFactory
-from bindings.template import QueryBinder, QueryTemplate
-from engine._spark import default_session
-from engine.errors import QueryBuildError
-from engine.events import EventShape
-from engine.plan import Node
-from engine.runtime import Runtime
-
 if TYPE_CHECKING:
-    from bindings.query import Query
-    from bindings.stream import Stream
+    from ctistream.bindings.query import Query
+    from ctistream.bindings.stream import Stream
 
 __all__ = ["Application"]
 
@@ -86,7 +85,7 @@ class Application:
         config: Any,
         shape: EventShape,
     ) -> Query:
-        from bindings.query import Query
+        from ctistream.bindings.query import Query
 
         if name in self.queries:
             raise QueryBuildError(

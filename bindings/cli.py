@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bindings.query import Query
-from engine.errors import CtiViolationError, MalformedRecordError
-from engine.temporal import MAX_TIME, MIN_TIME, to_datetime
-from engine.trace import Trace
+from ctistream.bindings.query import Query
+from ctistream.engine.errors import CtiViolationError, MalformedRecordError
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, to_datetime
+from ctistream.engine.trace import Trace
 
 __all__ = ["TargetError", "load_query", "main"]
 
@@ -77,7 +77,7 @@ def load_query(target: str) -> Query:
         return obj
     if not callable(obj):
         raise TargetError(
-            f"{target} is a {type(obj).__name__} ({obj!r:.80}); expected a bindings.Query or a "
+            f"{target} is a {type(obj).__name__} ({obj!r:.80}); expected a ctistream.Query or a "
             "function with no arguments that returns one. Fix: point at the query, or at a "
             "function such as `def query(): return stream.to_query(app, ...)`"
         )
@@ -99,7 +99,7 @@ def load_query(target: str) -> Query:
     if not isinstance(result, Query):
         raise TargetError(
             f"{target}() returned {type(result).__name__} {result!r:.80}; expected a "
-            "bindings.Query. Fix: return the query, e.g. `return stream.to_query(app, name, "
+            "ctistream.Query. Fix: return the query, e.g. `return stream.to_query(app, name, "
             "factory, config, shape)`"
         )
     return result

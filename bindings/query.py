@@ -7,10 +7,10 @@ from datetime import datetime, timedelta
 from os import PathLike
 from typing import Any
 
-from engine.runtime import Runtime
-from engine.streaming import Streamer
-from engine.timeline import Timeline
-from engine.trace import Trace
+from ctistream.engine.runtime import Runtime
+from ctistream.engine.streaming import Streamer
+from ctistream.engine.timeline import Timeline
+from ctistream.engine.trace import Trace
 
 __all__ = ["Query"]
 

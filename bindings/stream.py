@@ -9,15 +9,11 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
-
-from adapters.base import InputAdapterFactory, OutputAdapterFactory
-from engine.errors import QueryBuildError
-from engine.events import EventShape
-from engine.operators.window import WindowOutput
-from engine.plan import (
+from ctistream.adapters.base import InputAdapterFactory, OutputAdapterFactory
+from ctistream.engine.errors import QueryBuildError
+from ctistream.engine.events import EventShape
+from ctistream.engine.operators.window import WindowOutput
+from ctistream.engine.plan import (
     AntiJoinNode,
     InputNode,
     JoinNode,
@@ -30,8 +26,11 @@ from engine.plan import (
     WhereNode,
     WindowNode,
 )
-from engine.settings import AdvanceTimeSettings, EventOrderingSettings
-from engine.temporal import to_duration_ticks
+from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings
+from ctistream.engine.temporal import to_duration_ticks
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 
 def _positive(value: timedelta | int, what: str) -> int:
@@ -233,8 +232,8 @@ def _call(name: str, *args: Any, **kwargs: Any) -> str:
 
 
 if TYPE_CHECKING:
-    from bindings.application import Application
-    from bindings.query import Query
+    from ctistream.bindings.application import Application
+    from ctistream.bindings.query import Query
 
 __all__ = ["Stream", "WindowedStream"]
 

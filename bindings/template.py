@@ -34,13 +34,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from adapters.base import InputAdapterFactory, OutputAdapterFactory
-from bindings.stream import Stream
-from engine._spark import parse_schema
-from engine.errors import QueryBuildError
-from engine.events import EventShape
-from engine.plan import InputNode, Node, substitute, walk
-from engine.settings import AdvanceTimeSettings, EventOrderingSettings
+from ctistream.adapters.base import InputAdapterFactory, OutputAdapterFactory
+from ctistream.bindings.stream import Stream
+from ctistream.engine._spark import parse_schema
+from ctistream.engine.errors import QueryBuildError
+from ctistream.engine.events import EventShape
+from ctistream.engine.plan import InputNode, Node, substitute, walk
+from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings
 
 __all__ = ["QueryBinder", "QueryTemplate"]
 

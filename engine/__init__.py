@@ -1,6 +1,6 @@
 """The temporal core: time, events, advance-time settings, errors; Spark operators underneath."""
 
-from engine.errors import (
+from ctistream.engine.errors import (
     CheckpointDamageError,
     CtiViolationError,
     HeldEventsWarning,
@@ -8,7 +8,7 @@ from engine.errors import (
     QueryBuildError,
     QueryStoppedError,
 )
-from engine.events import (
+from ctistream.engine.events import (
     EdgeType,
     Event,
     EventKind,
@@ -19,8 +19,8 @@ from engine.events import (
     interval,
     point,
 )
-from engine.operators.window import WindowOutput
-from engine.settings import (
+from ctistream.engine.operators.window import WindowOutput
+from ctistream.engine.settings import (
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
@@ -29,7 +29,7 @@ from engine.settings import (
     EventOrderingSettings,
     OrderingAction,
 )
-from engine.temporal import MAX_TIME, MIN_TIME, TICK
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, TICK
 
 __all__ = [
     "MAX_TIME",

@@ -43,10 +43,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ctistream.engine.errors import CheckpointDamageError, QueryBuildError
+from ctistream.engine.rows import checkpoint
 from pyspark.sql import DataFrame, SparkSession
-
-from engine.errors import CheckpointDamageError, QueryBuildError
-from engine.rows import checkpoint
 
 __all__ = ["CheckpointDir", "DamagedFile", "read_checked", "warn_damage", "write_checked"]
 

@@ -25,6 +25,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ctistream.engine.events import EdgeType, Event, EventKind, EventShape
+from ctistream.engine.rows import CTI, EDGE, END, KEY, POS, START, Flow, sql_names
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -35,10 +38,6 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-
-from engine.events import EdgeType, Event, EventKind, EventShape
-from engine.rows import CTI, EDGE, END, KEY, POS, START, Flow, sql_names
-from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["EgressState", "egress_epoch"]
 

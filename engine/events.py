@@ -15,7 +15,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from engine.temporal import MAX_TIME, MIN_TIME, format_ticks, to_ticks
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks, to_ticks
 
 __all__ = [
     "EdgeType",

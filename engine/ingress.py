@@ -31,29 +31,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegralType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
-
-from engine._spark import settle_worker
-from engine.errors import CtiViolationError, MalformedRecordError
-from engine.events import EdgeType, Event, EventKind
-from engine.operators.window import PushedWindow, _bytewise, merge_pushed, pushed_partials
-from engine.packed import ARROW, PACKED_TYPE, unpacked
-from engine.packed import pack as pack_events
-from engine.rows import (
+from ctistream.engine._spark import settle_worker
+from ctistream.engine.errors import CtiViolationError, MalformedRecordError
+from ctistream.engine.events import EdgeType, Event, EventKind
+from ctistream.engine.operators.window import PushedWindow, _bytewise, merge_pushed, pushed_partials
+from ctistream.engine.packed import ARROW, PACKED_TYPE, unpacked
+from ctistream.engine.packed import pack as pack_events
+from ctistream.engine.rows import (
     CTI,
     EDGE,
     END,
@@ -72,9 +56,24 @@ from engine.rows import (
     same_value,
     sql_names,
 )
-from engine.settings import AdvanceTimePolicy, AdvanceTimeSettings
-from engine.source import SourceRead
-from engine.temporal import MAX_TIME, MIN_TIME, format_ticks
+from ctistream.engine.settings import AdvanceTimePolicy, AdvanceTimeSettings
+from ctistream.engine.source import SourceRead
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegralType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 __all__ = ["IngressState", "InputSpec", "PartitionState", "ingress_epoch"]
 

@@ -38,6 +38,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ctistream.engine.errors import QueryBuildError
+from ctistream.engine.events import EventShape
+from ctistream.engine.rows import (
+    END,
+    KIND,
+    POS,
+    START,
+    EpochCache,
+    checkpoint,
+    pos_literal,
+    saturating_sub,
+)
+from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings, OrderingAction
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, to_ticks
+from ctistream.engine.temporal import saturating_sub as minus
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -49,22 +64,6 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-
-from engine.errors import QueryBuildError
-from engine.events import EventShape
-from engine.rows import (
-    END,
-    KIND,
-    POS,
-    START,
-    EpochCache,
-    checkpoint,
-    pos_literal,
-    saturating_sub,
-)
-from engine.settings import AdvanceTimeSettings, EventOrderingSettings, OrderingAction
-from engine.temporal import MAX_TIME, MIN_TIME, to_ticks
-from engine.temporal import saturating_sub as minus
 
 __all__ = [
     "ADJUST_REASONS",

@@ -16,11 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+from ctistream.engine.rows import EDGE, KIND
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
-
-from engine.rows import EDGE, KIND
 
 __all__ = ["ARROW", "PACKED_TYPE", "count_rows", "pack", "packed_frame", "unpack", "unpacked"]
 

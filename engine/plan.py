@@ -7,10 +7,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ctistream.engine.events import EventShape
+from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings
 from pyspark.sql import Column
-
-from engine.events import EventShape
-from engine.settings import AdvanceTimeSettings, EventOrderingSettings
 
 __all__ = [
     "AntiJoinNode",

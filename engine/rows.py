@@ -21,12 +21,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark import SparkContext, StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
-
-from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = [
     "CTI",

@@ -22,37 +22,45 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from pyspark import InheritableThread, StorageLevel
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
-
-from adapters.base import InputAdapter, OutputAdapter, Progress
-from engine._spark import collect_driver_garbage, parse_schema
-from engine.egress import EgressState, egress_epoch
-from engine.errors import EngineError, HeldEventsWarning, QueryBuildError
-from engine.events import EventShape
-from engine.ingress import IngressState, InputSpec, PartitionState, _StopEpoch, ingress_epoch
-from engine.operators import LifetimeState, UnionState, alter_lifetime, select, union, where
-from engine.operators.anti_join import AntiJoinState, anti_join
-from engine.operators.join import JoinState, join
-from engine.operators.snapshot import SnapshotState, snapshot_aggregate
-from engine.operators.window import (
+from ctistream.adapters.base import InputAdapter, OutputAdapter, Progress
+from ctistream.engine._spark import collect_driver_garbage, parse_schema
+from ctistream.engine.egress import EgressState, egress_epoch
+from ctistream.engine.errors import EngineError, HeldEventsWarning, QueryBuildError
+from ctistream.engine.events import EventShape
+from ctistream.engine.ingress import (
+    IngressState,
+    InputSpec,
+    PartitionState,
+    _StopEpoch,
+    ingress_epoch,
+)
+from ctistream.engine.operators import (
+    LifetimeState,
+    UnionState,
+    alter_lifetime,
+    select,
+    union,
+    where,
+)
+from ctistream.engine.operators.anti_join import AntiJoinState, anti_join
+from ctistream.engine.operators.join import JoinState, join
+from ctistream.engine.operators.snapshot import SnapshotState, snapshot_aggregate
+from ctistream.engine.operators.window import (
     PushedWindow,
     WindowSpec,
     WindowState,
     push_window,
     window_aggregate,
 )
-from engine.ordering import (
+from ctistream.engine.ordering import (
     OrderingState,
     check_ordering,
     complete_metrics,
     order_epoch,
     watermark_delay,
 )
-from engine.packed import count_rows
-from engine.plan import (
+from ctistream.engine.packed import count_rows
+from ctistream.engine.plan import (
     AntiJoinNode,
     InputNode,
     JoinNode,
@@ -66,7 +74,7 @@ from engine.plan import (
     WindowNode,
     walk,
 )
-from engine.rows import (
+from ctistream.engine.rows import (
     POS,
     Checkpoints,
     EpochCache,
@@ -79,9 +87,13 @@ from engine.rows import (
     release,
     release_checkpoints,
 )
-from engine.schema import check_payload_names, schema_differences
-from engine.source import SourceRead, read_input
-from engine.temporal import MIN_TIME, format_ticks, to_ticks
+from ctistream.engine.schema import check_payload_names, schema_differences
+from ctistream.engine.source import SourceRead, read_input
+from ctistream.engine.temporal import MIN_TIME, format_ticks, to_ticks
+from pyspark import InheritableThread, StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 __all__ = ["EPOCH_ITEMS", "BoundInput", "Runtime"]
 
@@ -942,7 +954,7 @@ def _check_progress(name: str, output: OutputAdapter) -> None:
         return
     raise QueryBuildError(
         f"query {name!r}: {kind.__name__} defines delivered_through(), which the engine no "
-        "longer calls; expected progress() -> adapters.base.Progress(epoch, items) or None, "
+        "longer calls; expected progress() -> ctistream.Progress(epoch, items) or None, "
         "the epoch and how many of its items the output holds (output progress is tracked per "
         "item: an epoch that failed part-way is completed after a restart). Fix: rename it to "
         "progress() and return Progress(epoch + 1, 0) for an epoch delivered whole, or count "
@@ -958,7 +970,7 @@ def _check_read_batches(name: str, adapter: InputAdapter) -> None:
     raise QueryBuildError(
         f"input {name!r}: {type(adapter).__name__}.read_batches(partition, start_offset, "
         "payload) does not take the keyword 'until'; expected read_batches(partition, "
-        "start_offset, payload, until=None), as adapters.base.InputAdapter declares it. Fix: "
+        "start_offset, payload, until=None), as ctistream.InputAdapter declares it. Fix: "
         "add 'until=None' to the override and pass it on to super().read_batches (or stop "
         "after the first item stamped at or after it)"
     )

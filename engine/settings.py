@@ -16,9 +16,8 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Any
 
+from ctistream.engine.temporal import TICK, to_duration_ticks
 from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator, model_validator
-
-from engine.temporal import TICK, to_duration_ticks
 
 __all__ = [
     "AdapterAdvanceTimeSettings",

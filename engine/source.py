@@ -14,13 +14,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctistream.adapters.base import InputAdapter, ItemKind
+from ctistream.engine._spark import settle_worker
+from ctistream.engine.errors import MalformedRecordError
+from ctistream.engine.rows import POS, POS_TYPE
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
-
-from adapters.base import InputAdapter, ItemKind
-from engine._spark import settle_worker
-from engine.errors import MalformedRecordError
-from engine.rows import POS, POS_TYPE
 
 __all__ = ["RAW_HEADER", "SourceRead", "read_input"]
 

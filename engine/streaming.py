@@ -27,15 +27,14 @@ import threading
 import time
 from typing import Any
 
+from ctistream.adapters.base import Progress
+from ctistream.engine._spark import settle_driver
+from ctistream.engine.checkpoint import CheckpointDir, warn_damage
+from ctistream.engine.errors import QueryBuildError, QueryStoppedError
+from ctistream.engine.plan import walk
+from ctistream.engine.rows import POS, release
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import functions as F
-
-from adapters.base import Progress
-from engine._spark import settle_driver
-from engine.checkpoint import CheckpointDir, warn_damage
-from engine.errors import QueryBuildError, QueryStoppedError
-from engine.plan import walk
-from engine.rows import POS, release
-from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["Streamer"]
 

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.temporal import MAX_TIME, MIN_TIME, to_datetime
-from engine.trace import (
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, to_datetime
+from ctistream.engine.trace import (
     INPUT_CTI,
     INPUT_KEYED_CTI,
     ITEM,

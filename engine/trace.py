@@ -59,15 +59,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ctistream.engine.plan import walk
+from ctistream.engine.rows import CTI, EDGE, END, KEY, KIND, POS, START, Flow
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from engine.plan import walk
-from engine.rows import CTI, EDGE, END, KEY, KIND, POS, START, Flow
-
 if TYPE_CHECKING:
-    from engine.ingress import InputSpec
-    from engine.plan import Node
+    from ctistream.engine.ingress import InputSpec
+    from ctistream.engine.plan import Node
 
 __all__ = [
     "INPUT_CTI",

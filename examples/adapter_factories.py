@@ -18,10 +18,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
-from pyspark.sql import functions as F
-
-from adapters import (
+from ctistream.adapters import (
     EnqueueResult,
     InputAdapter,
     InputAdapterFactory,
@@ -32,8 +29,8 @@ from adapters import (
     PushInputAdapterFactory,
     SourceItem,
 )
-from bindings import Application, Stream
-from engine import (
+from ctistream.bindings import Application, Stream
+from ctistream.engine import (
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
@@ -43,7 +40,9 @@ from engine import (
     MalformedRecordError,
     point,
 )
-from engine.temporal import format_ticks
+from ctistream.engine.temporal import format_ticks
+from pydantic import BaseModel, ConfigDict
+from pyspark.sql import functions as F
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

@@ -22,15 +22,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Application, Query, Stream
-from engine import (
+from ctistream.bindings import Application, Query, Stream
+from ctistream.engine import (
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
@@ -42,7 +42,7 @@ from engine import (
     edge_start,
     point,
 )
-from engine.temporal import format_ticks
+from ctistream.engine.temporal import format_ticks
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

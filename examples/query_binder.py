@@ -17,30 +17,29 @@ import argparse
 import json
 from datetime import UTC, datetime, timedelta
 
-from kafka import KafkaProducer
-from pyspark.sql import functions as F
-
-from adapters.kafka import (
+from ctistream.adapters.kafka import (
     KafkaInputConfig,
     KafkaInputFactory,
     KafkaOutputConfig,
     KafkaOutputFactory,
 )
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Application, QueryBinder, QueryTemplate, Stream
-from engine import (
+from ctistream.bindings import Application, QueryBinder, QueryTemplate, Stream
+from ctistream.engine import (
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
     EventShape,
     point,
 )
+from kafka import KafkaProducer
+from pyspark.sql import functions as F
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 READINGS = [(1, "s1", 20.5), (3, "s2", 31.0), (6, "s1", 24.0), (12, "s1", 22.0), (14, "s2", 29.5)]

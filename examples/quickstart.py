@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pyspark.sql import functions as F
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Application, Stream
-from engine import (
+from ctistream.bindings import Application, Stream
+from ctistream.engine import (
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
@@ -29,7 +27,8 @@ from engine import (
     edge_start,
     point,
 )
-from engine.temporal import format_ticks
+from ctistream.engine.temporal import format_ticks
+from pyspark.sql import functions as F
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

@@ -45,7 +45,7 @@ def spark():
         .config("spark.sql.codegen.wholeStage", "false")
         .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
     )
-    from engine._spark import LEAN_SESSION
+    from ctistream.engine._spark import LEAN_SESSION
 
     for key, value in LEAN_SESSION.items():
         session = session.config(key, value)
@@ -57,7 +57,7 @@ def spark():
 
 @pytest.fixture(scope="session")
 def app(spark):
-    from bindings import Application
+    from ctistream.bindings import Application
 
     return Application("tests", spark)
 

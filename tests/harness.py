@@ -6,15 +6,15 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Application, Stream
-from engine import AdvanceTimeSettings, Event, EventShape
+from ctistream.bindings import Application, Stream
+from ctistream.engine import AdvanceTimeSettings, Event, EventShape
 
 _names = itertools.count()
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from engine import EventOrderingSettings, OrderingAction
+from ctistream.engine import EventOrderingSettings, OrderingAction
 
 BASE = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

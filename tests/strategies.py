@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from hypothesis import strategies as st
-
-from adapters.memory import EventScript
-from engine import (
+from ctistream.adapters.memory import EventScript
+from ctistream.engine import (
     MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
@@ -20,6 +18,7 @@ from engine import (
     interval,
     point,
 )
+from hypothesis import strategies as st
 
 COLUMNS = ("k", "v")
 SCHEMA = "k bigint, v bigint"

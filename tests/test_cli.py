@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from bindings.cli import main
+from ctistream.bindings.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOKUP = ROOT / "examples" / "lookup_join.py"
@@ -20,7 +19,14 @@ S = 1_000_000
 
 def test_the_command_runs_an_example_prints_metrics_and_writes_the_timeline(tmp_path):
     png, html = tmp_path / "t.png", tmp_path / "t.html"
-    cmd = [sys.executable, "-m", "bindings.cli", "examples/lookup_join.py:query", "--epochs", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ctistream.bindings.cli",
+        "examples/lookup_join.py:query",
+        "--epochs",
+        "1",
+    ]
     cmd += ["--timeline-png", str(png), "--timeline-html", str(html)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -61,9 +67,9 @@ def test_the_command_runs_an_example_prints_metrics_and_writes_the_timeline(tmp_
             f"{LOOKUP}:nothing",
             r"has no attribute 'nothing'.*\['at', 'build', .*'main', 'query', 'run', .*Fix:",
         ),
-        ("math:pi", r"math:pi is a float .*expected a bindings\.Query.*Fix:"),
+        ("math:pi", r"math:pi is a float .*expected a ctistream\.Query.*Fix:"),
         (f"{LOOKUP}:build", r"takes arguments \['app', 'import_ctis'\].*Fix:"),
-        (f"{LOOKUP}:script", r"returned EventScript .*expected a bindings\.Query.*Fix:"),
+        (f"{LOOKUP}:script", r"returned EventScript .*expected a ctistream\.Query.*Fix:"),
     ],
 )
 def test_a_target_that_names_no_query_is_refused(target, says, capsys):
@@ -75,7 +81,7 @@ def test_a_target_that_names_no_query_is_refused(target, says, capsys):
 def test_the_command_cuts_the_run_by_size_unless_told_how_many_epochs():
     # as query.run(): the default is None (epochs of at most about EPOCH_ITEMS input items), so
     # the command's memory does not grow with the input; --epochs N still cuts into N
-    from bindings.cli import _parser
+    from ctistream.bindings.cli import _parser
 
     assert _parser().parse_args(["m:q"]).epochs is None
     assert _parser().parse_args(["m:q", "--epochs", "3"]).epochs == 3

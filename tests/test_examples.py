@@ -21,7 +21,7 @@ def test_quickstart_prints_its_events_and_ctis(spark, capsys):
 
 def test_lookup_join_follows_the_data_stream_only_with_cti_import(spark):
     module = runpy.run_path(str(EXAMPLES / "lookup_join.py"))
-    from bindings import Application
+    from ctistream.bindings import Application
 
     app = Application("lookup-test", spark)
     own = module["run"](app, import_ctis=False)
@@ -51,7 +51,7 @@ def test_lookup_join_follows_the_data_stream_only_with_cti_import(spark):
 
 def test_adapter_factories_pull_push_and_output_adapters(spark, capsys):
     module = runpy.run_path(str(EXAMPLES / "adapter_factories.py"))
-    from bindings import Application
+    from ctistream.bindings import Application
 
     out = module["run"](Application("factories-test", spark))
     t0 = 1_795_262_400 * 1_000_000
@@ -72,7 +72,8 @@ def test_adapter_factories_pull_push_and_output_adapters(spark, capsys):
 def test_query_binder_binds_one_template_to_memory_and_to_kafka(spark, kafka_broker, capsys):
     import json
 
-    from bindings import Application
+    from ctistream.bindings import Application
+
     from tests.adapters.test_kafka import raw_records
 
     module = runpy.run_path(str(EXAMPLES / "query_binder.py"))

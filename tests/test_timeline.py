@@ -14,17 +14,15 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from pyspark.sql import functions as F
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
@@ -36,8 +34,9 @@ from engine import (
     interval,
     point,
 )
-from engine.temporal import MAX_TIME, to_ticks
-from engine.trace import Trace
+from ctistream.engine.temporal import MAX_TIME, to_ticks
+from ctistream.engine.trace import Trace
+from pyspark.sql import functions as F
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)  # a multiple of 10 s: the window grid
 S = 1_000_000
@@ -279,9 +278,9 @@ DROP_MARKS = [
 
 def test_the_timeline_marks_what_the_arrival_time_policies_dropped_and_moved(app, tmp_path):
     import numpy as np
+    from ctistream.engine import EventOrderingSettings, OrderingAction
     from PIL import Image
 
-    from engine import EventOrderingSettings, OrderingAction
     from tests import ordering_seed as seed
 
     s = EventScript()
@@ -494,10 +493,9 @@ KEY_STEPS = {
 
 def test_the_timeline_draws_each_keys_cti(app, tmp_path):
     import numpy as np
+    from ctistream.engine import EventOrderingSettings
+    from ctistream.engine.timeline import Timeline
     from PIL import Image
-
-    from engine import EventOrderingSettings
-    from engine.timeline import Timeline
 
     s = EventScript()
     for t, arrival, k in ((1, 10, "a"), (25, 11, "a"), (2, 12, "b"), (6, 105, "b")):

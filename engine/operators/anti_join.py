@@ -25,10 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
-
-from engine.operators.join import (
+from ctistream.engine.operators.join import (
     _AT,
     _CLOSED,
     _CLOSED_NOW,
@@ -38,7 +35,7 @@ from engine.operators.join import (
     _side_events,
     collect_ctis,
 )
-from engine.rows import (
+from ctistream.engine.rows import (
     EDGE,
     END,
     HEADER,
@@ -50,7 +47,9 @@ from engine.rows import (
     hold,
     min_of_latest,
 )
-from engine.temporal import MAX_TIME, MIN_TIME
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
 
 __all__ = ["AntiJoinState", "anti_join"]
 

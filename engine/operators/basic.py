@@ -5,10 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-
-from engine.rows import (
+from ctistream.engine.rows import (
     CTI,
     HEADER,
     EpochCache,
@@ -18,7 +15,9 @@ from engine.rows import (
     min_of_latest,
     payload_columns,
 )
-from engine.temporal import MIN_TIME
+from ctistream.engine.temporal import MIN_TIME
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
 __all__ = ["UnionState", "select", "union", "where"]
 

@@ -31,23 +31,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
-from pyspark.sql.functions import pandas_udf
-from pyspark.sql.types import (
-    BooleanType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    NumericType,
-    StringType,
-    StructField,
-    StructType,
-)
-
-from engine.errors import QueryBuildError
-from engine.operators.window import (
+from ctistream.engine.errors import QueryBuildError
+from ctistream.engine.operators.window import (
     _LATEST,
     _WS,
     PushedWindow,
@@ -57,8 +42,8 @@ from engine.operators.window import (
     push_window,
     pushed_partials,
 )
-from engine.packed import ARROW, PACKED_TYPE, packed_frame, unpacked
-from engine.rows import (
+from ctistream.engine.packed import ARROW, PACKED_TYPE, packed_frame, unpacked
+from ctistream.engine.rows import (
     CTI,
     EDGE,
     END,
@@ -80,7 +65,21 @@ from engine.rows import (
     same_value,
     sql_names,
 )
-from engine.temporal import MAX_TIME, MIN_TIME
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    NumericType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 __all__ = ["JoinState", "join", "output_columns"]
 
@@ -994,8 +993,7 @@ def _lookup_pairs(
     (ending after the other side's latest CTI): no edges come packed."""
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from engine.packed import pack, unpack
+    from ctistream.engine.packed import pack, unpack
 
     chunks = packed.select(ARROW, F.lit(True).alias("__new"))
     if held is not None:

@@ -29,11 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
-
-from engine.operators.window import _OPEN, _first_at_or_above, close_edges
-from engine.rows import (
+from ctistream.engine.operators.window import _OPEN, _first_at_or_above, close_edges
+from ctistream.engine.rows import (
     CTI,
     EDGE,
     END,
@@ -50,7 +47,9 @@ from engine.rows import (
     saturating_sub,
     sql_names,
 )
-from engine.temporal import MAX_TIME, MIN_TIME
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
 
 __all__ = ["LifetimeState", "alter_lifetime"]
 

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ctistream.engine.operators.window import (
+    close_edges,
+    exact_aggregates,
+    place_results,
+    repeatable,
+)
+from ctistream.engine.rows import CTI, EDGE, END, HEADER, POS, START, EpochCache, Flow, hold
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-
-from engine.operators.window import close_edges, exact_aggregates, place_results, repeatable
-from engine.rows import CTI, EDGE, END, HEADER, POS, START, EpochCache, Flow, hold
-from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = ["SnapshotState", "snapshot_aggregate"]
 

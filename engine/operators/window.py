@@ -41,6 +41,32 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from ctistream.engine.errors import QueryBuildError
+from ctistream.engine.exact import (
+    MOMENTS,
+    compress_column,
+    compress_lists,
+    mean_column,
+    moment_column,
+    sum_column,
+)
+from ctistream.engine.rows import (
+    CTI,
+    EDGE,
+    END,
+    HEADER,
+    KEY,
+    KIND,
+    POS,
+    START,
+    EpochCache,
+    Flow,
+    checkpoint,
+    hold,
+    keyed_rises,
+    sql_names,
+)
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -59,33 +85,6 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
-
-from engine.errors import QueryBuildError
-from engine.exact import (
-    MOMENTS,
-    compress_column,
-    compress_lists,
-    mean_column,
-    moment_column,
-    sum_column,
-)
-from engine.rows import (
-    CTI,
-    EDGE,
-    END,
-    HEADER,
-    KEY,
-    KIND,
-    POS,
-    START,
-    EpochCache,
-    Flow,
-    checkpoint,
-    hold,
-    keyed_rises,
-    sql_names,
-)
-from engine.temporal import MAX_TIME, MIN_TIME
 
 __all__ = [
     "PushedWindow",
@@ -823,7 +822,7 @@ def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> A
             f"its windows (size {size}, hop {hop} ticks) overflow bigint (Spark's window "
             "arithmetic raises ARITHMETIC_OVERFLOW there); expected event times at least a "
             "window away from +-2**63. Fix: give the events times within the calendar "
-            "(engine.temporal.to_ticks)"
+            "(ctistream.engine.temporal.to_ticks)"
         )
     lower = start - size + 1
     first = lower + np.mod(-lower, hop)  # the first grid start >= lower

@@ -19,10 +19,8 @@ from typing import Any
 
 import pytest
 from azure.eventhub import EventHubConsumerClient
-from pydantic import ValidationError
-
-from adapters.base import ItemKind, Progress, SourceItem
-from adapters.eventhubs import (
+from ctistream.adapters.base import ItemKind, Progress, SourceItem
+from ctistream.adapters.eventhubs import (
     COUNT_PROPERTY,
     EPOCH_PROPERTY,
     INDEX_PROPERTY,
@@ -36,15 +34,15 @@ from adapters.eventhubs import (
     EventHubsAdapterError,
     EventHubsUnavailableError,
 )
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
@@ -59,6 +57,8 @@ from engine import (
     interval,
     point,
 )
+from pydantic import ValidationError
+
 from tests.brokers.eventhubs import (  # noqa: F401 - session fixtures
     EventHubsEndpoint,
     eventhubs_connection_string,

@@ -17,21 +17,20 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pydantic import ValidationError
-
-from adapters.base import ItemKind, Progress, SourceItem
-from adapters.files import (
+from ctistream.adapters.base import ItemKind, Progress, SourceItem
+from ctistream.adapters.files import (
     FileInputAdapter,
     FileInputConfig,
     FileInputFactory,
     FileOutputConfig,
     FileOutputFactory,
 )
-from engine.checkpoint import read_checked
-from engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
-from engine.events import EventShape, cti, edge_end, edge_start, interval, point
-from engine.settings import AdapterAdvanceTimeSettings, AdvanceTimeGenerationSettings
-from engine.temporal import MAX_TIME
+from ctistream.engine.checkpoint import read_checked
+from ctistream.engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
+from ctistream.engine.events import EventShape, cti, edge_end, edge_start, interval, point
+from ctistream.engine.settings import AdapterAdvanceTimeSettings, AdvanceTimeGenerationSettings
+from ctistream.engine.temporal import MAX_TIME
+from pydantic import ValidationError
 
 S = 1_000_000  # ticks per second
 NEW_YEAR_2024 = 1_704_067_200 * S

@@ -9,13 +9,12 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from ctistream.adapters import files
+from ctistream.adapters.base import InputAdapter, ItemKind
+from ctistream.adapters.files import FileInputAdapter, FileInputConfig
+from ctistream.engine import MAX_TIME, EventShape, MalformedRecordError
+from ctistream.engine._spark import parse_schema
 from pyspark.sql.pandas.types import to_arrow_schema
-
-from adapters import files
-from adapters.base import InputAdapter, ItemKind
-from adapters.files import FileInputAdapter, FileInputConfig
-from engine import MAX_TIME, EventShape, MalformedRecordError
-from engine._spark import parse_schema
 
 pytestmark = pytest.mark.usefixtures("spark")  # parsing the DDL payload schema needs a session
 

@@ -7,16 +7,15 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-
-from adapters.files import (
+from ctistream.adapters.files import (
     FileInputAdapter,
     FileInputConfig,
     FileInputFactory,
     FileOutputConfig,
     FileOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,

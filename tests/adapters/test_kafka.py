@@ -19,11 +19,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from pydantic import ValidationError
-
-from adapters.base import ItemKind, Progress, SourceItem
-from adapters.kafka import (
+from ctistream.adapters.base import ItemKind, Progress, SourceItem
+from ctistream.adapters.kafka import (
     COUNT_HEADER,
     EPOCH_HEADER,
     INDEX_HEADER,
@@ -37,15 +34,15 @@ from adapters.kafka import (
     KafkaTopicNotFoundError,
     KafkaUnavailableError,
 )
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
@@ -60,6 +57,9 @@ from engine import (
     interval,
     point,
 )
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from pydantic import ValidationError
+
 from tests.brokers.kafka import free_port
 
 S = 1_000_000  # ticks per second

@@ -13,10 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from pydantic import BaseModel, ConfigDict
-from pyspark.sql import functions as F
-
-from adapters import (
+from ctistream.adapters import (
     AdapterState,
     ArrivalStamp,
     EnqueueResult,
@@ -26,9 +23,11 @@ from adapters import (
     PushInputAdapterFactory,
     SourceItem,
 )
-from adapters.memory import MemoryOutputConfig, MemoryOutputFactory
-from bindings import Stream
-from engine import EventShape, QueryBuildError, cti, interval, point
+from ctistream.adapters.memory import MemoryOutputConfig, MemoryOutputFactory
+from ctistream.bindings import Stream
+from ctistream.engine import EventShape, QueryBuildError, cti, interval, point
+from pydantic import BaseModel, ConfigDict
+from pyspark.sql import functions as F
 
 # -- a user's port: events from a list, a CTI where the list says so --------------------------
 

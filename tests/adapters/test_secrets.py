@@ -23,25 +23,25 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ValidationError
-
-from adapters.eventhubs import (
+from ctistream.adapters.eventhubs import (
     EventHubInputConfig,
     EventHubInputFactory,
     EventHubOutputConfig,
     EventHubOutputFactory,
     EventHubsAdapterError,
 )
-from adapters.kafka import (
+from ctistream.adapters.kafka import (
     KafkaAdapterError,
     KafkaInputConfig,
     KafkaInputFactory,
     KafkaOutputConfig,
     KafkaOutputFactory,
 )
-from adapters.memory import EventScript, MemoryInputConfig, MemoryInputFactory
-from bindings import Stream
-from engine import EventShape, point
+from ctistream.adapters.memory import EventScript, MemoryInputConfig, MemoryInputFactory
+from ctistream.bindings import Stream
+from ctistream.engine import EventShape, point
+from pydantic import BaseModel, ValidationError
+
 from tests.brokers.eventhubs import running_endpoint
 from tests.brokers.kafka import free_port
 

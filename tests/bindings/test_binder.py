@@ -4,17 +4,15 @@ every binding problem reported when the query is created. Two query runs in all.
 from __future__ import annotations
 
 import pytest
-from pyspark.sql import functions as F
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Application, Query, QueryBinder, QueryTemplate, Stream
-from engine import (
+from ctistream.bindings import Application, Query, QueryBinder, QueryTemplate, Stream
+from ctistream.engine import (
     MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
@@ -26,7 +24,9 @@ from engine import (
     interval,
     point,
 )
-from engine.plan import InputNode, SelectNode, WhereNode, substitute, walk
+from ctistream.engine.plan import InputNode, SelectNode, WhereNode, substitute, walk
+from pyspark.sql import functions as F
+
 from tests.adapters.test_push import ListConfig, ListFactory
 
 

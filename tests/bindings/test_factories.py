@@ -5,17 +5,16 @@ from __future__ import annotations
 from typing import ClassVar
 
 import pytest
-
-from adapters.base import InputAdapter, InputAdapterFactory, ItemKind, SourceItem
-from adapters.memory import (
+from ctistream.adapters.base import InputAdapter, InputAdapterFactory, ItemKind, SourceItem
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,

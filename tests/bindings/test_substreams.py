@@ -11,19 +11,25 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from pyspark.sql import functions as F
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import QueryBinder, QueryTemplate, Stream
-from engine import MAX_TIME, EventOrderingSettings, EventShape, QueryBuildError, cti, interval
-from engine import point as pt
-from engine.plan import MergeNode
+from ctistream.bindings import QueryBinder, QueryTemplate, Stream
+from ctistream.engine import (
+    MAX_TIME,
+    EventOrderingSettings,
+    EventShape,
+    QueryBuildError,
+    cti,
+    interval,
+)
+from ctistream.engine import point as pt
+from ctistream.engine.plan import MergeNode
+from pyspark.sql import functions as F
 
 SCHEMA = "k string, j string, t bigint, v double"
 _names = itertools.count()

@@ -27,17 +27,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import functions as F
-
-from adapters.files import (
+from ctistream.adapters.files import (
     FileInputAdapter,
     FileInputConfig,
     FileInputFactory,
     FileOutputConfig,
     FileOutputFactory,
 )
-from bindings import Application, Query, Stream
-from engine import (
+from ctistream.bindings import Application, Query, Stream
+from ctistream.engine import (
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
@@ -45,6 +43,7 @@ from engine import (
     AdvanceTimeSettings,
     EventShape,
 )
+from pyspark.sql import functions as F
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 SENSORS = (1, 2, 3, 4)

@@ -18,18 +18,16 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from pyspark.sql import functions as F
-
-from adapters.files import FileOutputConfig, FileOutputFactory
-from adapters.kafka import (
+from ctistream.adapters.files import FileOutputConfig, FileOutputFactory
+from ctistream.adapters.kafka import (
     KafkaInputConfig,
     KafkaInputFactory,
     KafkaOutputConfig,
     KafkaOutputFactory,
 )
-from adapters.memory import EventScript, MemoryInputConfig, MemoryInputFactory
-from bindings import Stream
-from engine import (
+from ctistream.adapters.memory import EventScript, MemoryInputConfig, MemoryInputFactory
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
@@ -38,7 +36,8 @@ from engine import (
     EventShape,
     interval,
 )
-from engine.errors import QueryStoppedError
+from ctistream.engine.errors import QueryStoppedError
+from pyspark.sql import functions as F
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KEYS = 4
@@ -101,8 +100,8 @@ def file_query(app, name: str, bootstrap: str, topic: str, path: str):
 def _kill_in_stop() -> None:
     """The first delivery of a stop epoch (it holds the flush's CTI at +inf) delivers half of
     its items, then kills this process and its Spark JVM (their process group)."""
-    from adapters._marked import MarkedOutputAdapter
-    from adapters.files import FileOutputAdapter
+    from ctistream.adapters._marked import MarkedOutputAdapter
+    from ctistream.adapters.files import FileOutputAdapter
 
     for kind in (MarkedOutputAdapter, FileOutputAdapter):
 
@@ -116,7 +115,7 @@ def _kill_in_stop() -> None:
 
 
 def main(args: dict) -> None:
-    from bindings import Application
+    from ctistream.bindings import Application
 
     if args.get("kill_in_stop"):
         _kill_in_stop()

@@ -5,17 +5,15 @@ bounded state. Expected timelines are worked out by hand in the comments."""
 from __future__ import annotations
 
 import pytest
-from pyspark.sql import functions as F
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeSettings,
@@ -26,6 +24,8 @@ from engine import (
     interval,
     point,
 )
+from pyspark.sql import functions as F
+
 from tests.harness import In, spark_run
 from tests.reference import AntiJoin, Binding, Input, Window, run_reference
 

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pyspark.sql import functions as F
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     MIN_TIME,
     AdvanceTimeGenerationSettings,
@@ -34,6 +32,8 @@ from engine import (
     interval,
     point,
 )
+from pyspark.sql import functions as F
+
 from tests.reference import (
     AlterEventDuration,
     AlterEventLifetime,

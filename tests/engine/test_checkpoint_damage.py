@@ -35,13 +35,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from ctistream.adapters.files import FileOutputConfig, FileOutputFactory
+from ctistream.adapters.kafka import KafkaInputConfig, KafkaInputFactory
+from ctistream.bindings import Stream
+from ctistream.engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, EventShape
+from ctistream.engine.errors import CheckpointDamageError, QueryStoppedError
 from pyspark.sql import functions as F
 
-from adapters.files import FileOutputConfig, FileOutputFactory
-from adapters.kafka import KafkaInputConfig, KafkaInputFactory
-from bindings import Stream
-from engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, EventShape
-from engine.errors import CheckpointDamageError, QueryStoppedError
 from tests.adapters.test_kafka import produce
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

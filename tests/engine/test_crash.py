@@ -23,7 +23,8 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from engine import EventKind, EventShape
+from ctistream.engine import EventKind, EventShape
+
 from tests.adapters.test_kafka import produce, read_back
 from tests.engine.crash_child import OUTPUT_SCHEMA, T0, file_query, kafka_query
 

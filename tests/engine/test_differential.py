@@ -7,12 +7,8 @@ import os
 from contextlib import contextmanager
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from pyspark.sql import functions as F
-
-from adapters.memory import EventScript
-from engine import (
+from ctistream.adapters.memory import EventScript
+from ctistream.engine import (
     MAX_TIME,
     MIN_TIME,
     AdvanceTimeGenerationSettings,
@@ -29,9 +25,13 @@ from engine import (
     interval,
     point,
 )
-from engine import ingress as ingress_module
-from engine import runtime as runtime_module
-from engine.operators import join as join_operator
+from ctistream.engine import ingress as ingress_module
+from ctistream.engine import runtime as runtime_module
+from ctistream.engine.operators import join as join_operator
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql import functions as F
+
 from tests.harness import In, spark_run
 from tests.reference import (
     AlterEventDuration,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from engine.egress import _segment_key
+from ctistream.engine.egress import _segment_key
 
 
 def _item(start, end, edge, *payload):

@@ -7,9 +7,9 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
+from ctistream.adapters.memory import EventScript
+from ctistream.engine import EventKind, cti, point
 
-from adapters.memory import EventScript
-from engine import EventKind, cti, point
 from tests.harness import In, spark_run
 
 S = 1_000_000

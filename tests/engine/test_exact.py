@@ -9,10 +9,8 @@ import random
 from fractions import Fraction
 
 import pytest
-from pyspark.sql import functions as F
-
-from adapters.memory import EventScript
-from engine import (
+from ctistream.adapters.memory import EventScript
+from ctistream.engine import (
     AdvanceTimeGenerationSettings,
     AdvanceTimeSettings,
     EventKind,
@@ -23,6 +21,8 @@ from engine import (
     interval,
     point,
 )
+from pyspark.sql import functions as F
+
 from tests.harness import In, spark_run
 from tests.reference import (
     Binding,
@@ -130,7 +130,7 @@ def test_a_sum_that_cancels_is_exact_and_an_average_does_not_overflow(app, aggre
 
 
 def test_an_expansion_keeps_the_exact_sum_of_values_and_of_expansions_merged():
-    from engine.exact import expansion, rounded_mean, rounded_moment, rounded_sum
+    from ctistream.engine.exact import expansion, rounded_mean, rounded_moment, rounded_sum
 
     # 1e16 + 1.0 - 1e16 is exactly 1.0 (see above); 1e308 + 1e308 - 1e308 is 1e308 although a
     # running sum in doubles overflows on the way (math.fsum raises there: summed in rationals).

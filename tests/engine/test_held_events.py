@@ -16,16 +16,15 @@ import warnings
 from datetime import timedelta
 
 import pytest
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
@@ -228,9 +227,9 @@ def test_a_started_query_warns_when_it_stops_with_a_flush_and_not_when_it_pauses
 def test_the_check_reads_the_state_the_run_left_without_spark():
     # The driver-side rule on its own, for the cases a run above does not reach: an input that
     # imports from an input without CTIs, and an ordered input that made no watermark.
-    from engine.ingress import IngressState, InputSpec, PartitionState
-    from engine.runtime import _held_warnings
-    from engine.settings import EventOrderingSettings
+    from ctistream.engine.ingress import IngressState, InputSpec, PartitionState
+    from ctistream.engine.runtime import _held_warnings
+    from ctistream.engine.settings import EventOrderingSettings
 
     imports = AdvanceTimeSettings(
         import_settings=AdvanceTimeImportSettings("src"), policy=AdvanceTimePolicy.DROP

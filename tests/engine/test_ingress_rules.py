@@ -6,16 +6,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     TICK,
     AdvanceTimeGenerationSettings,
@@ -31,6 +30,7 @@ from engine import (
     interval,
     point,
 )
+
 from tests.harness import In, spark_run
 
 S = 1_000_000  # ticks per second

@@ -9,12 +9,11 @@ from itertools import pairwise
 
 import pyarrow as pa
 import pytest
+from ctistream.engine.ingress import _P, _SRC, _sequencer
+from ctistream.engine.rows import EDGE, END, KIND, POS, START
+from ctistream.engine.temporal import MIN_TIME
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine.ingress import _P, _SRC, _sequencer
-from engine.rows import EDGE, END, KIND, POS, START
-from engine.temporal import MIN_TIME
 
 _POS = pa.struct(
     [

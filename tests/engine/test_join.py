@@ -4,16 +4,15 @@ older CTI of both sides, edges whose end is determined by the other side's CTI, 
 from __future__ import annotations
 
 import pytest
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
@@ -27,7 +26,8 @@ from engine import (
     interval,
     point,
 )
-from engine.operators import join as join_operator
+from ctistream.engine.operators import join as join_operator
+
 from tests.harness import In, spark_run
 
 EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # CTI at each start

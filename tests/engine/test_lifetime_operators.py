@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from pyspark.sql import functions as F
-
-from adapters.memory import EventScript, MemoryInputConfig, MemoryInputFactory
-from bindings import Stream
-from engine import (
+from ctistream.adapters.memory import EventScript, MemoryInputConfig, MemoryInputFactory
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
@@ -19,6 +17,8 @@ from engine import (
     interval,
     point,
 )
+from pyspark.sql import functions as F
+
 from tests.harness import In, spark_run
 from tests.reference import (
     AlterEventDuration,

@@ -14,20 +14,15 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from pydantic import ValidationError
-from pyspark.sql import functions as F
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
@@ -40,8 +35,13 @@ from engine import (
     cti,
     point,
 )
-from engine.ordering import OrderingState, order_epoch
-from engine.rows import EpochCache
+from ctistream.engine.ordering import OrderingState, order_epoch
+from ctistream.engine.rows import EpochCache
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+from pyspark.sql import functions as F
+
 from tests import ordering_seed as seed
 from tests.reference import (
     Binding,
@@ -273,7 +273,7 @@ def test_what_ordering_cannot_do_fails_when_the_query_is_built(app, ordering, kw
 
 
 def test_a_template_input_takes_ordering_from_the_binder(app):
-    from bindings import QueryBinder, QueryTemplate
+    from ctistream.bindings import QueryBinder, QueryTemplate
 
     template = QueryTemplate("t", Stream.input("in", "t bigint, k string"))
 

@@ -4,8 +4,7 @@ the events in it."""
 from __future__ import annotations
 
 import pyarrow as pa
-
-from engine.packed import ARROW, CHUNK, count_rows, pack, unpack
+from ctistream.engine.packed import ARROW, CHUNK, count_rows, pack, unpack
 
 
 def test_a_packed_table_comes_back_whole_in_chunks_of_at_most_chunk_rows():

@@ -19,13 +19,21 @@ import uuid
 from datetime import timedelta
 
 import pytest
-
-from adapters.base import OutputAdapter, OutputAdapterFactory, Progress
-from adapters.eventhubs import EventHubInputFactory, EventHubOutputConfig, EventHubOutputFactory
-from adapters.files import FileInputConfig, FileInputFactory, FileOutputConfig, FileOutputFactory
-from adapters.kafka import KafkaInputFactory, KafkaOutputConfig, KafkaOutputFactory
-from bindings import Stream
-from engine import (
+from ctistream.adapters.base import OutputAdapter, OutputAdapterFactory, Progress
+from ctistream.adapters.eventhubs import (
+    EventHubInputFactory,
+    EventHubOutputConfig,
+    EventHubOutputFactory,
+)
+from ctistream.adapters.files import (
+    FileInputConfig,
+    FileInputFactory,
+    FileOutputConfig,
+    FileOutputFactory,
+)
+from ctistream.adapters.kafka import KafkaInputFactory, KafkaOutputConfig, KafkaOutputFactory
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
@@ -36,8 +44,9 @@ from engine import (
     cti,
     point,
 )
-from engine.errors import EngineError, QueryBuildError, QueryStoppedError
-from engine.runtime import _undelivered
+from ctistream.engine.errors import EngineError, QueryBuildError, QueryStoppedError
+from ctistream.engine.runtime import _undelivered
+
 from tests.adapters import test_eventhubs as eh
 from tests.adapters import test_kafka as kf
 from tests.adapters.test_files_query import iso, read_output, write_jsonl

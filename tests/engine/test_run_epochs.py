@@ -7,18 +7,17 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputAdapter,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from adapters.memory import MemoryInputConfig as Config
-from bindings import Stream
-from engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, runtime
-from engine.events import EventShape, point
+from ctistream.adapters.memory import MemoryInputConfig as Config
+from ctistream.bindings import Stream
+from ctistream.engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, runtime
+from ctistream.engine.events import EventShape, point
 
 
 def _script() -> EventScript:

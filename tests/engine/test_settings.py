@@ -5,9 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from pydantic import ValidationError
-
-from engine import (
+from ctistream.engine import (
     TICK,
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
@@ -15,6 +13,7 @@ from engine import (
     AdvanceTimePolicy,
     AdvanceTimeSettings,
 )
+from pydantic import ValidationError
 
 
 def test_generation_settings_build_positionally_like_streaminsight():

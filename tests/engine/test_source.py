@@ -7,11 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
-
-from adapters.base import ItemKind, SourceItem
-from adapters.memory import (
+from ctistream.adapters.base import ItemKind, SourceItem
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputAdapter,
     MemoryInputConfig,
@@ -19,10 +16,12 @@ from adapters.memory import (
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings
-from engine.events import EventShape, point
-from engine.source import SourceRead, read_input
+from ctistream.bindings import Stream
+from ctistream.engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings
+from ctistream.engine.events import EventShape, point
+from ctistream.engine.source import SourceRead, read_input
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
 
 
 def _adapter() -> MemoryInputAdapter:

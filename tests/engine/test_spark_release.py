@@ -12,17 +12,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from pyspark.sql import functions as F
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
@@ -30,7 +28,8 @@ from engine import (
     interval,
     point,
 )
-from engine.rows import Checkpoints, checkpoint, frames, leaf_rdds
+from ctistream.engine.rows import Checkpoints, checkpoint, frames, leaf_rdds
+from pyspark.sql import functions as F
 
 S = 1_000_000
 EVERY_5 = AdvanceTimeSettings(

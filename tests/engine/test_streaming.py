@@ -14,24 +14,21 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kafka import KafkaProducer
-from pyspark.sql import functions as F
-
-from adapters.kafka import (
+from ctistream.adapters.kafka import (
     KafkaInputConfig,
     KafkaInputFactory,
     KafkaOutputConfig,
     KafkaOutputFactory,
 )
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
@@ -41,9 +38,12 @@ from engine import (
     OrderingAction,
     point,
 )
-from engine.checkpoint import read_checked
-from engine.errors import QueryBuildError
-from engine.temporal import to_ticks
+from ctistream.engine.checkpoint import read_checked
+from ctistream.engine.errors import QueryBuildError
+from ctistream.engine.temporal import to_ticks
+from kafka import KafkaProducer
+from pyspark.sql import functions as F
+
 from tests.adapters.test_kafka import produce, read_back
 
 S = 1_000_000
@@ -410,8 +410,8 @@ def test_steady_steps_of_a_started_query_compile_no_new_code(app, kafka_broker):
 def test_a_state_snapshot_from_another_version_is_refused_with_the_fix(spark, tmp_path):
     # An older version kept a field of pending pairs in a join's state; a snapshot holding it
     # cannot be resumed by this version: the error says which and what to do.
-    from engine.checkpoint import CheckpointDir, write_checked
-    from engine.operators.join import JoinState
+    from ctistream.engine.checkpoint import CheckpointDir, write_checked
+    from ctistream.engine.operators.join import JoinState
 
     cp = CheckpointDir(tmp_path / "cp")
     cp.save_state(3, {"ops": [JoinState()]})

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-
-from engine import (
+from ctistream.engine import (
     MAX_TIME,
     MIN_TIME,
     TICK,
@@ -19,7 +18,7 @@ from engine import (
     interval,
     point,
 )
-from engine.temporal import saturating_sub, to_datetime, to_ticks
+from ctistream.engine.temporal import saturating_sub, to_datetime, to_ticks
 
 
 def test_a_tick_is_one_microsecond_and_infinities_are_the_int64_bounds():

@@ -4,18 +4,15 @@ earliest open window, both output policies, and state bounded by the open window
 from __future__ import annotations
 
 import pandas as pd
-from pyspark.sql import functions as F
-from pyspark.sql.functions import pandas_udf
-
-from adapters.memory import (
+from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
     MemoryInputFactory,
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
-from bindings import Stream
-from engine import (
+from ctistream.bindings import Stream
+from ctistream.engine import (
     MAX_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeSettings,
@@ -27,6 +24,9 @@ from engine import (
     interval,
     point,
 )
+from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf
+
 from tests.harness import In, spark_run
 
 EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # CTI at each start

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _WORKER = """
 import gc, json
 import pandas, pyarrow, pyspark.sql  # what a PySpark worker holds before the engine's code runs
-from engine._spark import UNFROZEN_LIMIT, settle_worker
+from ctistream.engine._spark import UNFROZEN_LIMIT, settle_worker
 
 before = len(gc.get_objects())
 settle_worker()

@@ -95,10 +95,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from adapters.base import ItemKind, SourceItem
-from adapters.memory import EventScript
-from engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
-from engine.events import (
+from ctistream.adapters.base import ItemKind, SourceItem
+from ctistream.adapters.memory import EventScript
+from ctistream.engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
+from ctistream.engine.events import (
     EdgeType,
     Event,
     EventKind,
@@ -109,8 +109,8 @@ from engine.events import (
     interval,
     point,
 )
-from engine.settings import AdvanceTimePolicy, AdvanceTimeSettings, EventOrderingSettings
-from engine.temporal import MAX_TIME, MIN_TIME, format_ticks, saturating_sub
+from ctistream.engine.settings import AdvanceTimePolicy, AdvanceTimeSettings, EventOrderingSettings
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks, saturating_sub
 
 from .ordering import Decision, Ordering
 

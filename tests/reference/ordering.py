@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.settings import EventOrderingSettings, OrderingAction
-from engine.temporal import MAX_TIME, MIN_TIME, saturating_sub, to_ticks
+from ctistream.engine.settings import EventOrderingSettings, OrderingAction
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, saturating_sub, to_ticks
 
 __all__ = ["ADJUST_REASONS", "DROP_REASONS", "Decision", "Ordering"]
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
-from adapters.memory import EventScript
-from engine.errors import CtiViolationError, MalformedRecordError
-from engine.events import (
+from ctistream.adapters.memory import EventScript
+from ctistream.engine.errors import CtiViolationError, MalformedRecordError
+from ctistream.engine.events import (
     EdgeType,
     Event,
     EventKind,
@@ -23,13 +22,13 @@ from engine.events import (
     interval,
     point,
 )
-from engine.settings import (
+from ctistream.engine.settings import (
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
 )
-from engine.temporal import MAX_TIME, TICK
+from ctistream.engine.temporal import MAX_TIME, TICK
 
 from . import Binding, Input, Result, Select, Union, Where, run_reference
 

@@ -25,10 +25,14 @@ partition's CTI, so every event leaves ingress at its ``t``; every watermark ris
 
 from __future__ import annotations
 
-from adapters.memory import EventScript
-from engine.events import EventShape, cti, interval, point
-from engine.settings import AdvanceTimeImportSettings, AdvanceTimeSettings, EventOrderingSettings
-from engine.temporal import MAX_TIME
+from ctistream.adapters.memory import EventScript
+from ctistream.engine.events import EventShape, cti, interval, point
+from ctistream.engine.settings import (
+    AdvanceTimeImportSettings,
+    AdvanceTimeSettings,
+    EventOrderingSettings,
+)
+from ctistream.engine.temporal import MAX_TIME
 
 from . import (
     AlterEventLifetime,

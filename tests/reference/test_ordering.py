@@ -8,18 +8,18 @@ ticks with explicit arrival stamps unless a test says otherwise.
 from __future__ import annotations
 
 import pytest
-
-from adapters.memory import EventScript
-from engine.errors import QueryBuildError
-from engine.events import EventShape, cti, point
-from engine.settings import (
+from ctistream.adapters.memory import EventScript
+from ctistream.engine.errors import QueryBuildError
+from ctistream.engine.events import EventShape, cti, point
+from ctistream.engine.settings import (
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimeSettings,
     EventOrderingSettings,
     OrderingAction,
 )
-from engine.temporal import MAX_TIME
+from ctistream.engine.temporal import MAX_TIME
+
 from tests import ordering_seed as seed
 
 from . import Binding, Input, Union, run_reference
