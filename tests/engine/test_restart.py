@@ -402,3 +402,124 @@ def test_a_query_whose_inputs_all_ended_refuses_to_start_again_on_its_checkpoint
         "checkpoint with an input below +inf. Fix: start the query with a new checkpoint "
         "directory (it reads its inputs again from their start)"
     )
+
+
+# -- a failed epoch is not a delivered epoch, whatever the cut of the run after the fix ----------
+
+
+def _rows(fifth: float) -> list:
+    """A file of explicit CTIs (no policy), its arrival stamps the row numbers 0-7. Its sixth row
+    is the point at ``fifth`` seconds: 2.5 breaks the CTI at 5 s; the fix moves it to 5.5 s."""
+    return [
+        {"ts": iso(1), "id": 1, "v": 1.0},
+        {"ts": iso(2), "id": 2, "v": 2.0},
+        {"ts": iso(3), "c": True},
+        {"ts": iso(4), "id": 4, "v": 4.0},
+        {"ts": iso(5), "c": True},
+        {"ts": iso(fifth), "id": 5, "v": fifth},
+        {"ts": iso(6), "id": 6, "v": 6.0},
+        {"ts": iso(7), "c": True},
+    ]
+
+
+def _ins(s: float, n: int) -> tuple:
+    return ("INSERT", kf.at(s), {"id": n, "v": float(s)})
+
+
+def _ct(s: float) -> tuple:
+    return ("CTI", kf.at(s), {})
+
+
+#: The output of the fixed file, worked by hand: each CTI releases the points before it, then
+#: itself; the file's CTIs are explicit only, so its end adds none. Items 0-4 are those a run
+#: over the broken file delivers before it raises (the point at 2.5 s is behind the CTI at 5 s).
+WHOLE = [_ins(1, 1), _ins(2, 2), _ct(3), _ins(4, 4), _ct(5), _ins(5.5, 5), _ins(6, 6), _ct(7)]
+
+
+class _Sink:
+    """One output of a kind (file, Kafka topic, event hub) made fresh for a test: its factory and
+    config, and its content read back as ``(kind, start ticks, payload)``."""
+
+    def __init__(self, kind: str, request, tmp_path) -> None:
+        self.kind = kind
+        if kind == "files":
+            path = tmp_path / f"out-{_tag()}.jsonl"
+            self.factory, self.config = FileOutputFactory(), FileOutputConfig(path=str(path))
+            self.read = lambda: [(k, _ticks(t), p) for k, t, p in read_output(path)]
+        elif kind.startswith("kafka"):
+            broker = request.getfixturevalue("kafka_broker")
+            b, topic = broker.bootstrap, broker.create_topic()
+            self.factory = KafkaOutputFactory()
+            self.config = KafkaOutputConfig(
+                bootstrap_servers=b, topic=topic, include_ctis=kind == "kafka"
+            )
+            self.read = lambda: [_row(e) for e in kf.read_back(b, topic)]
+        else:
+            hubs = request.getfixturevalue("eventhubs_endpoint")
+            hub = eh.new_hub(hubs)
+            self.factory = EventHubOutputFactory()
+            self.config = EventHubOutputConfig(connection_string=hubs.connection_string(hub))
+            self.read = lambda: [_row(e) for e in eh.read_back(hubs, hub)]
+
+    def query(self, app, source):
+        stream = Stream.create(
+            "cut",
+            FileInputFactory(),
+            FileInputConfig(path=str(source), time_column="ts", schema=kf.SCHEMA, cti_column="c"),
+            EventShape.POINT,
+        )
+        return stream.to_query(app, f"cut-{_tag()}", self.factory, self.config, EventShape.POINT)
+
+    def expected(self, items: list) -> list:
+        return items if self.kind != "kafka-no-ctis" else [i for i in items if i[0] != "CTI"]
+
+
+def _ticks(text: str) -> int:
+    from datetime import datetime
+
+    from ctistream.engine.temporal import to_ticks
+
+    return MAX_TIME if text == "+inf" else to_ticks(datetime.fromisoformat(text))
+
+
+def _row(event) -> tuple:
+    return (event.kind.value, event.start, dict(event.payload) if not event.is_cti else {})
+
+
+@pytest.mark.parametrize("kind", ["files", "kafka", "kafka-no-ctis", "eventhubs"])
+@pytest.mark.parametrize(
+    ("failed", "again"),
+    [
+        # More epochs. Failed: [0, 3) gives items 0-2 (points 1, 2, CTI 3), [3, 8) items 3-4 and
+        # raises. Again: [0, 1) nothing, [1, 4) items 0-2, [4, 6) items 3-4 (point 4, CTI 5),
+        # [6, 9) items 5-7: the output holds 5, so the first two epochs with items deliver
+        # nothing and the last delivers all three (per epoch, epoch 1 gave CTI 3 again and
+        # epoch 2 points 4 and CTI 5 again).
+        ([3], [1, 4, 6]),
+        # Fewer epochs. Failed as above; again one epoch of items 0-7: the first 5 are held,
+        # items 5-7 delivered (per epoch, epoch 0 < 1 was taken as delivered: 5-7 lost).
+        ([3], 1),
+        # A replayed epoch shorter than what the output holds. Failed: one epoch, items 0-4.
+        # Again: [0, 3) items 0-2, all held; the 2 more held carry into [3, 8), items 3-7,
+        # which delivers 5-7 (per epoch: 5 held of an epoch 0 of 3 items was an error).
+        (1, [3]),
+    ],
+    ids=["more-epochs", "fewer-epochs", "shorter-epoch"],
+)
+def test_a_run_after_the_fix_cut_otherwise_delivers_each_item_once(
+    app, request, tmp_path, kind, failed, again
+):
+    sink = _Sink(kind, request, tmp_path)
+    source = tmp_path / "in.jsonl"
+    write_jsonl(source, _rows(2.5))
+    with pytest.raises(CtiViolationError, match=r"in\.jsonl.*offset 5"):
+        sink.query(app, source).run(epochs=failed)
+    assert sink.read() == sink.expected(WHOLE[:5])
+
+    write_jsonl(source, _rows(5.5))
+    sink.query(app, source).run(epochs=again)
+    assert sink.read() == sink.expected(WHOLE)
+
+    clean = _Sink(kind, request, tmp_path)
+    clean.query(app, source).run(epochs=1)
+    assert clean.read() == sink.read()
