@@ -7,7 +7,6 @@ from ctistream.adapters.base import (
     ItemKind,
     OutputAdapter,
     OutputAdapterFactory,
-    Progress,
     SourceItem,
 )
 from ctistream.adapters.push import (
@@ -29,7 +28,6 @@ __all__ = [
     "ItemKind",
     "OutputAdapter",
     "OutputAdapterFactory",
-    "Progress",
     "PushAdapterError",
     "PushInputAdapter",
     "PushInputAdapterFactory",

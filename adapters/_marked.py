@@ -1,12 +1,12 @@
 """Exactly-once output to one broker partition by marks: shared by the Kafka and Event Hubs output.
 
-A private module. Every output record carries its epoch, the index of its item among the epoch's
-items (the engine's numbering, CTIs included whether they are written or not) and the number of
-the epoch's items known when it was written (headers in Kafka, application properties in Event
-Hubs). On first use an adapter reads the partition's tail back to the last marked record
-(:class:`Mark`): the output holds the epoch's items up to that record's
-(:meth:`MarkedOutputAdapter.progress`), and :meth:`MarkedOutputAdapter.deliver` numbers the items
-it gets from there on. The broker adapters supply the reading, the sending and what a client
+A private module. Every output record carries its epoch, the number of its item among the query's
+output items (the engine's numbering from the query's first item, CTIs included whether they are
+written or not) and the number after the last item of the delivery that wrote it (headers in
+Kafka, application properties in Event Hubs). On first use an adapter reads the partition's tail
+back to the last marked record (:class:`Mark`): the output holds the items up to that record's
+(:meth:`MarkedOutputAdapter.progress`), and the engine hands :meth:`MarkedOutputAdapter.deliver`
+the items after it, numbered. The broker adapters supply the reading, the sending and what a client
 error means; the guarantees are documented on each of them.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ctistream.adapters._records import _format_time, _json_default
-from ctistream.adapters.base import OutputAdapter, Progress
+from ctistream.adapters.base import OutputAdapter
 from ctistream.engine.errors import EngineError
 from ctistream.engine.events import Event, EventKind, EventShape
 
@@ -27,7 +27,8 @@ from ctistream.engine.events import Event, EventKind, EventShape
 @dataclass(frozen=True, slots=True)
 class Mark:
     """Where the output partition's tail stands: the last record this scheme wrote, as its
-    epoch, its item's index in the epoch and the epoch's items known when it was written."""
+    epoch, its item's number among the query's output items and the number after the last item
+    of the delivery that wrote it."""
 
     epoch: int
     index: int
@@ -68,36 +69,35 @@ class MarkedOutputAdapter(OutputAdapter):
         self._mark: Mark | None = _UNKNOWN
 
     # -- engine hooks -------------------------------------------------------------------------
-    def progress(self) -> Progress | None:
-        """The epoch of the partition's last marked record and the items of that epoch up to
-        it, or None (reads the tail once)."""
+    def progress(self) -> int | None:
+        """The number after the item of the partition's last marked record, or None (reads the
+        tail once)."""
         mark = self._tail()
-        return None if mark is None else Progress(mark.epoch, mark.index + 1)
+        return None if mark is None else mark.index + 1
 
-    def deliver(self, epoch: int, items: Sequence[Event]) -> None:
-        """Write ``items``, the items of ``epoch`` after those :meth:`progress` reports; return
-        when they are acknowledged."""
+    def deliver(self, epoch: int, items: Sequence[Event], first: int) -> None:
+        """Write ``items``, the query's output items numbered from ``first``, those after what
+        :meth:`progress` reports; return when they are acknowledged."""
         include_ctis = self._config.include_ctis
         write, _, writing = self._verbs
+        values = [
+            (first + i, self._value(e), e.is_cti)
+            for i, e in enumerate(items)
+            if include_ctis or not e.is_cti
+        ]
         failures = 0
-        base: int | None = None  # the index of items[0] in the epoch
         while True:
             try:
                 if self._mark is _UNKNOWN:
                     self._mark = self._read_tail()
-                if base is None:
-                    base = self._base(epoch, self._mark)
-                    values = [
-                        (base + i, self._value(e), e.is_cti)
-                        for i, e in enumerate(items)
-                        if include_ctis or not e.is_cti
-                    ]
                 mark = self._mark
-                first = 0  # after a failure: past the records that reached the partition
-                if mark is not None and mark.epoch == epoch:
-                    first = sum(1 for v in values if v[0] <= mark.index)
-                if first < len(values):
-                    self._send(epoch, values, first, base + len(items))
+                if failures == 0:
+                    self._check_first(first, mark)
+                start = 0  # after a failure: past the records that reached the partition
+                if mark is not None:
+                    start = sum(1 for v in values if v[0] <= mark.index)
+                if start < len(values):
+                    self._send(epoch, values, start, first + len(items))
                 return
             except Exception as error:
                 if not self._client_error(error):
@@ -132,8 +132,8 @@ class MarkedOutputAdapter(OutputAdapter):
         self, epoch: int, values: list[tuple[int, bytes, bool]], first: int, count: int
     ) -> None:
         """Send ``(index, value, is_cti)`` from ``values[first]`` on, marked with the epoch,
-        the index and ``count`` (the epoch's items so far); keep ``_mark`` at the last record
-        acknowledged."""
+        the index and ``count`` (the number after the delivery's last item); keep ``_mark`` at
+        the last record acknowledged."""
 
     @abstractmethod
     def _read_tail(self) -> Mark | None:
@@ -143,18 +143,16 @@ class MarkedOutputAdapter(OutputAdapter):
     def _close_producer(self, producer: Any) -> None: ...
 
     # -- helpers ------------------------------------------------------------------------------
-    def _base(self, epoch: int, mark: Mark | None) -> int:
-        """The index in ``epoch`` of the first item delivered now: past the partition's items
-        of it (:meth:`progress`)."""
-        if mark is None or epoch > mark.epoch:
-            return 0
-        if epoch == mark.epoch:
-            return mark.index + 1
+    def _check_first(self, first: int, mark: Mark | None) -> None:
+        """Refuse items numbered ``first`` on when the partition holds items from there on
+        already: the engine hands over only the items after what :meth:`progress` reports."""
+        if mark is None or first > mark.index:
+            return
         raise self._error(
-            f"{self._where} holds epoch {mark.epoch} already, but epoch {epoch} is being "
-            f"delivered; expected epoch {mark.epoch} or later. The partition was probably "
-            f"{self._verbs[1]} by another query. Fix: give each query its own output "
-            f"{self._target} or partition"
+            f"{self._where} holds the query's output items up to number {mark.index} already, "
+            f"but items from number {first} on are being delivered; expected {mark.index + 1} "
+            f"or later. The partition was probably {self._verbs[1]} by another query. Fix: give "
+            f"each query its own output {self._target} or partition"
         )
 
     def _value(self, event: Event) -> bytes:

@@ -17,10 +17,11 @@ The engine uses a partitioned pull model:
   orders all items of all inputs by (arrival, binding order of the input, offset, partition):
   semantics §4. Explicit CTIs are items too: an adapter enqueues them in its partition's order.
 * An :class:`OutputAdapter` lives on the driver and receives, per epoch, the committed events and
-  CTIs in delivery order (:meth:`OutputAdapter.deliver`). It makes delivery exactly-once by
-  recording, with what it delivers, how far it got: an epoch and a count of that epoch's items
-  (:meth:`OutputAdapter.progress`). A restarted query replays the epochs after its checkpoint
-  and hands the adapter only the items past that point (semantics §9).
+  CTIs in delivery order (:meth:`OutputAdapter.deliver`), numbered from the query's first item
+  on. It makes delivery exactly-once by recording, with what it delivers, how many items it
+  holds (:meth:`OutputAdapter.progress`). A restarted query computes the items after its
+  checkpoint again and hands the adapter only those numbered from that count on, however the
+  run is cut into epochs (semantics §4, §9).
 
 Two models of input adapter. StreamInsight's adapters *push*: the server calls ``Start()``, the
 adapter enqueues events until the server's buffer is full, then waits for ``Resume()``. This
@@ -56,7 +57,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from ctistream.engine.errors import MalformedRecordError
 from ctistream.engine.events import Event, EventShape
@@ -71,7 +72,6 @@ __all__ = [
     "ItemKind",
     "OutputAdapter",
     "OutputAdapterFactory",
-    "Progress",
     "SourceItem",
 ]
 
@@ -240,43 +240,50 @@ class InputAdapter(ABC):
             yield flush()
 
 
-class Progress(NamedTuple):
-    """How far an output got (semantics §9): every item of the epochs before ``epoch`` and the
-    first ``items`` items of ``epoch`` are durably delivered. ``Progress(3, 0)``: epochs 0-2."""
-
-    epoch: int
-    items: int
-
-
 class OutputAdapter(ABC):
     """A consumer of a query's committed output (driver).
 
-    The contract, in full: the engine calls :meth:`deliver` with each epoch's items in order,
-    and, before it delivers an epoch that a restarted query replays, :meth:`progress` to learn
-    what the output already holds. An adapter that records, atomically with the items it
-    writes, the epoch and how many of its items it has written so far (the sum over the calls
-    for that epoch) and returns that from :meth:`progress` gets exactly-once output across
-    crashes, failed epochs and restarts; one that records nothing gets every item at least once.
+    The contract, in full. The engine numbers the query's output items (events and CTIs, in
+    delivery order) 0, 1, 2, ... from its first epoch on; the numbers depend on the arrival
+    sequence alone, not on how it is cut into epochs (semantics §4). It calls :meth:`deliver`
+    with each epoch's items and the number of the first, and, before it delivers after a start,
+    :meth:`progress` to learn how many items the output holds. An adapter that records,
+    atomically with the items it writes, ``first + len(items)`` and returns the last count
+    recorded from :meth:`progress` gets exactly-once output across crashes, failed epochs and
+    restarts, however the run after them is cut; one that records nothing gets every item at
+    least once::
+
+        def deliver(self, epoch, items, first):
+            self.write(items, count=first + len(items))  # one atomic write
+
+        def progress(self):
+            return self.read_count()  # None when nothing was written
     """
 
     @abstractmethod
-    def deliver(self, epoch: int, items: Sequence[Event]) -> None:
-        """Receive output of ``epoch``: committed events (in the consumer's shape) and CTIs.
+    def deliver(self, epoch: int, items: Sequence[Event], first: int) -> None:
+        """Receive output of ``epoch``: committed events (in the consumer's shape) and CTIs,
+        ``items[0]`` being the query's output item number ``first``.
 
         For each new output CTI, in increasing order, the events it newly commits sorted by
         (start, end, payload), then the CTI itself. Epochs come in order; an epoch normally comes
-        in one call with all of its items (possibly none). ``items`` continue the epoch's items
-        after those :meth:`progress` reported for it: an epoch that fails part-way (a malformed
-        record, a CTI violation without a policy) is delivered up to its first bad item, then the
-        query raises; started again on its checkpoint, the query replays the epoch and this
-        receives the rest of it. Return once the items are durably delivered (or raise).
+        in one call with all of its items (possibly none). ``first`` is the count
+        :meth:`progress` reported, or the number after the last item of the call before: the
+        engine skips what the output holds, also across epochs when a restarted run is cut into
+        epochs differently. It is larger only when the output holds less than the epochs a
+        restart computes again begin with (a new output, a lost record): those earlier items
+        cannot be computed again. An epoch that fails part-way (a malformed record, a CTI
+        violation without a policy) is delivered up to its first bad item, then the query
+        raises; run again after the fix, the query computes it again and this receives the rest.
+        Return once the items are durably delivered (or raise).
         """
 
-    def progress(self) -> Progress | None:
-        """What this output durably holds (driver): :class:`Progress` ``(epoch, items)``, or
-        None when it holds nothing (or does not know). Called before the epochs a restarted
-        query replays: the engine skips the epochs before ``epoch`` and the first ``items``
-        items of ``epoch``. The default remembers nothing, so replayed items come again."""
+    def progress(self) -> int | None:
+        """How many of the query's output items this output durably holds (driver): the count
+        after the last item it wrote, CTIs counted whether it writes them or not; or None when
+        it holds nothing (or does not know). Called before the first epoch a run or a restarted
+        query delivers: the engine hands :meth:`deliver` only the items numbered from this
+        count on. The default remembers nothing, so items computed again come again."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook

@@ -147,10 +147,11 @@ __all__ = [
 
 #: Application property marking an event as a CTI (value ``CTI``) or an event (``INSERT``).
 KIND_PROPERTY = "ctistream-kind"
-#: Output properties: the epoch an event belongs to, its item's index among the epoch's items
-#: (CTIs counted, sent or not), and how many items of the epoch were known when it was sent.
+#: Output properties: the epoch an event belongs to, its item's number among the query's output
+#: items (from the query's first, CTIs counted, sent or not), and the number after the last item of
+#: the delivery that sent it.
 EPOCH_PROPERTY = "ctistream-epoch"
-INDEX_PROPERTY = "ctistream-index"
+INDEX_PROPERTY = "ctistream-item"
 COUNT_PROPERTY = "ctistream-count"
 #: Dead-letter properties, added to the event's own.
 ERROR_PROPERTY = "ctistream-error"
@@ -931,20 +932,21 @@ class EventHubOutputAdapter(MarkedOutputAdapter):
     :meth:`progress` before it replays epochs after a restart.
 
     Idempotence. Every event carries the application properties :data:`EPOCH_PROPERTY`,
-    :data:`INDEX_PROPERTY` (its item's place among the epoch's items, CTIs counted whether
-    ``include_ctis`` sends them or not) and :data:`COUNT_PROPERTY` (how many items of the epoch
-    were known when it was sent), as ints. On first use the adapter reads the partition's tail
-    back, through the same endpoint, to the last event with these properties: the partition holds
-    that epoch's items up to its index, which is what :meth:`progress` tells the engine, and the
-    engine hands :meth:`deliver` only the items after it (an epoch that failed part-way, or was
-    cut by a crash, is completed after the restart). Events go in batches, each appended all or
+    :data:`INDEX_PROPERTY` (its item's number among the query's output items, CTIs counted
+    whether ``include_ctis`` sends them or not) and :data:`COUNT_PROPERTY` (the number after the
+    last item of the delivery that sent it), as ints. On first use the adapter reads the
+    partition's tail back, through the same endpoint, to the last event with these properties:
+    the partition holds the items up to its number, which is what :meth:`progress` tells the
+    engine, and the engine hands :meth:`deliver` only the items after it, however the run is cut
+    into epochs (an epoch that failed part-way, or was cut by a crash, is completed after the
+    restart). Events go in batches, each appended all or
     nothing, one batch at a time, with no client-side retry of a send (a retried send whose first
     attempt was in fact enqueued would duplicate it): after a failed send the adapter reconnects,
     reads the tail again and sends what is missing, ``retry_total`` times.
 
     Consequences: the partition should belong to this query alone (events of other writers are
     passed over, but a second query writing the same partition is indistinguishable). A new query
-    over a partition that already holds epochs skips those epochs, as a restart would: to start
+    over a partition that already holds items skips those items, as a restart would: to start
     over, send to a new event hub or partition. Readers see an epoch's events as they are
     appended.
     """
@@ -992,7 +994,7 @@ class EventHubOutputAdapter(MarkedOutputAdapter):
             except ValueError:
                 if len(batch) == 0:
                     raise EventHubsAdapterError(
-                        f"event {index} of epoch {epoch} is {len(body)} bytes, more than one "
+                        f"output item {index} (epoch {epoch}) is {len(body)} bytes, more than one "
                         f"batch of event hub {cfg.hub!r} may hold ({batch.max_size_in_bytes} "
                         "bytes); expected smaller events. Fix: select fewer or smaller payload "
                         "columns, or use a tier with larger messages"

@@ -94,7 +94,6 @@ from ctistream.adapters.base import (
     ItemKind,
     OutputAdapter,
     OutputAdapterFactory,
-    Progress,
     SourceItem,
 )
 from ctistream.engine.checkpoint import DamagedFile, read_checked, write_checked
@@ -1055,8 +1054,9 @@ class FileOutputAdapter(OutputAdapter):
     :meth:`progress` before it replays epochs after a restart.
 
     Durability: :meth:`deliver` appends the rows, flushes and fsyncs the file, then writes the
-    sidecar ``<path>.epoch`` = ``{"epoch": N, "items": n, "bytes": L}`` (n = the items of epoch N
-    in the file, L = the data file's length after them) atomically and behind a checksum
+    sidecar ``<path>.epoch`` = ``{"items": n, "bytes": L}`` (n = the query's output items the
+    file holds: the number after its last row's, L = the data file's length after them; n is
+    null before the first delivery) atomically and behind a checksum
     (:func:`engine.checkpoint.write_checked`: temporary file, fsync, rename, fsync of the
     directory); a damaged sidecar is an error naming it and the fix (semantics §9). If the process
     dies between the data and the sidecar, the file holds a tail the sidecar does not cover: whole
@@ -1066,7 +1066,7 @@ class FileOutputAdapter(OutputAdapter):
     reader of the file may see that tail: readers that must see committed rows only should read
     the first ``L`` bytes. Without a sidecar the adapter starts one at the file's current length
     (existing content is kept). To start over, delete both files: a sidecar left behind makes a
-    new query skip the epochs it records.
+    new query skip the items it records.
     """
 
     def __init__(self, config: FileOutputConfig, shape: EventShape) -> None:
@@ -1086,24 +1086,24 @@ class FileOutputAdapter(OutputAdapter):
         if self._format == "csv" and os.path.getsize(self._path) > 0:
             self._header = _csv_header(self._path)
 
-    def progress(self) -> Progress | None:
-        """What the sidecar records: the epoch last written to and how many of its items the
-        file holds, or None."""
+    def progress(self) -> int | None:
+        """What the sidecar records: how many of the query's output items the file holds, or
+        None."""
         state = self._read_sidecar()
         return None if state is None else state[0]
 
-    def deliver(self, epoch: int, items: Sequence[Event]) -> None:
-        """Append ``items`` as rows: the items of ``epoch`` after those :meth:`progress`
-        reports."""
+    def deliver(self, epoch: int, items: Sequence[Event], first: int) -> None:
+        """Append ``items`` as rows: the query's output items numbered from ``first``, those
+        after what :meth:`progress` reports."""
         state = self._read_sidecar()
-        done = state[0] if state is not None else None
-        if done is not None and epoch < done.epoch:
+        held = state[0] if state is not None else None
+        if held is not None and first < held:
             raise ValueError(
-                f"output file {self._path!r} holds epoch {done.epoch} (its sidecar "
-                f"{self._sidecar!r} says so), but epoch {epoch} is delivered; expected epoch "
-                f"{done.epoch} or later. The file is written by another query, or its sidecar was "
-                "left by one. Fix: give each query its own output file, or delete both files to "
-                "start over"
+                f"output file {self._path!r} holds {held} output items (its sidecar "
+                f"{self._sidecar!r} says so), but items from number {first} on are delivered "
+                f"(epoch {epoch}); expected {held} or later. The file is written by another "
+                "query, or its sidecar was left by one. Fix: give each query its own output "
+                "file, or delete both files to start over"
             )
         # A sidecar deleted under a live adapter: keep what the file holds.
         size = self._repair(state[1] if state is not None else os.path.getsize(self._path))
@@ -1114,8 +1114,7 @@ class FileOutputAdapter(OutputAdapter):
             f.flush()
             os.fsync(f.fileno())
             size = f.tell()
-        held = done.items if done is not None and done.epoch == epoch else 0
-        self._write_sidecar(Progress(epoch, held + len(items)), size)
+        self._write_sidecar(first + len(items), size)
 
     # -- helpers ------------------------------------------------------------------------------
     def _row(self, event: Event) -> dict[str, Any]:
@@ -1179,7 +1178,7 @@ class FileOutputAdapter(OutputAdapter):
             self._header = _csv_header(self._path) if self._format == "csv" and length else None
         return length
 
-    def _read_sidecar(self) -> tuple[Progress | None, int] | None:
+    def _read_sidecar(self) -> tuple[int | None, int] | None:
         try:
             text = read_checked(self._sidecar).decode("utf-8")
         except FileNotFoundError:
@@ -1194,23 +1193,21 @@ class FileOutputAdapter(OutputAdapter):
             ) from None
         try:
             state = json.loads(text)
-            epoch, length = state["epoch"], state["bytes"]
-            items = None if epoch is None else state["items"]
-            if not (epoch is None or isinstance(epoch, int)) or not isinstance(length, int):
-                raise TypeError
-            if epoch is not None and not isinstance(items, int):
+            if set(state) != {"items", "bytes"}:
+                raise KeyError
+            items, length = state["items"], state["bytes"]
+            if not (items is None or isinstance(items, int)) or not isinstance(length, int):
                 raise TypeError
         except (ValueError, KeyError, TypeError, AttributeError):
             raise ValueError(
                 f"sidecar {self._sidecar!r} is unreadable; expected "
-                f'{{"epoch": <int or null>, "items": <int>, "bytes": <int>}}; got '
+                f'{{"items": <int or null>, "bytes": <int>}}; got '
                 f"{text[:_GOT_LIMIT]!r}. Fix: delete it together with the output file to start over"
             ) from None
-        return (None if epoch is None else Progress(epoch, items)), length
+        return items, length
 
-    def _write_sidecar(self, done: Progress | None, length: int) -> None:
-        state = {"epoch": None} if done is None else {"epoch": done.epoch, "items": done.items}
-        write_checked(self._sidecar, json.dumps({**state, "bytes": length}))
+    def _write_sidecar(self, items: int | None, length: int) -> None:
+        write_checked(self._sidecar, json.dumps({"items": items, "bytes": length}))
 
 
 class FileOutputFactory(OutputAdapterFactory[FileOutputConfig]):

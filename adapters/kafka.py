@@ -134,10 +134,11 @@ __all__ = [
 
 #: Header marking a record as a CTI (value ``CTI``) or an event (``INSERT``, the default).
 KIND_HEADER = "ctistream-kind"
-#: Output headers: the epoch a record belongs to, its item's index among the epoch's items (CTIs
-#: counted, written or not), and how many items of the epoch were known when it was written.
+#: Output headers: the epoch a record belongs to, its item's number among the query's output items
+#: (from the query's first, CTIs counted, written or not), and the number after the last item of
+#: the delivery that wrote it.
 EPOCH_HEADER = "ctistream-epoch"
-INDEX_HEADER = "ctistream-index"
+INDEX_HEADER = "ctistream-item"
 COUNT_HEADER = "ctistream-count"
 #: Dead-letter headers, added to the record's own.
 ERROR_HEADER = "ctistream-error"
@@ -993,21 +994,22 @@ class KafkaOutputAdapter(MarkedOutputAdapter):
     :meth:`progress` before it replays epochs after a restart.
 
     Idempotence without transactions. Every record carries the headers :data:`EPOCH_HEADER`,
-    :data:`INDEX_HEADER` (its item's place among the epoch's items, CTIs counted whether
-    ``include_ctis`` writes them or not) and :data:`COUNT_HEADER` (how many items of the epoch
-    were known when it was written). On first use the adapter reads the partition's tail back to
-    the last record with these headers: the partition holds that epoch's items up to its index,
-    which is what :meth:`progress` tells the engine, and the engine hands :meth:`deliver` only the
-    items after it (an epoch that failed part-way, or was cut by a crash, is completed after the
-    restart). Records are sent in chunks that each fit one produce batch (appended all or
-    nothing), one chunk at a time with ``acks=all`` and no client-side retries, so the partition
-    never has a gap. After a failed chunk the adapter reconnects and reads the tail again before
-    sending, so a chunk that reached the log although its acknowledgement was lost is not written
-    twice. Each :meth:`deliver` returns after its last chunk is acknowledged (flushed).
+    :data:`INDEX_HEADER` (its item's number among the query's output items, CTIs counted whether
+    ``include_ctis`` writes them or not) and :data:`COUNT_HEADER` (the number after the last item
+    of the delivery that wrote it). On first use the adapter reads the partition's tail back to
+    the last record with these headers: the partition holds the items up to its number, which is
+    what :meth:`progress` tells the engine, and the engine hands :meth:`deliver` only the items
+    after it, however the run is cut into epochs (an epoch that failed part-way, or was cut by a
+    crash, is completed after the restart). Records are sent in chunks that each fit one produce
+    batch (appended all or nothing), one chunk at a time with ``acks=all`` and no client-side
+    retries, so the partition never has a gap. After a failed chunk the adapter reconnects and
+    reads the tail again before sending, so a chunk that reached the log although its
+    acknowledgement was lost is not written twice. Each :meth:`deliver` returns after its last
+    chunk is acknowledged (flushed).
 
     Consequences: the partition should belong to this query alone (records of other writers are
     passed over, but a second query writing the same partition is indistinguishable). A new query
-    over a partition that already holds epochs skips those epochs, as a restart would: to start
+    over a partition that already holds items skips those items, as a restart would: to start
     over, write to a new topic or partition. Readers see an epoch's records as they are appended.
 
     Transactions were considered: kafka-python's transactional producer runs against the test

@@ -26,7 +26,6 @@ from ctistream.adapters.base import (
     ItemKind,
     OutputAdapter,
     OutputAdapterFactory,
-    Progress,
     SourceItem,
 )
 from ctistream.engine.events import Event, EventKind, EventShape, cti
@@ -254,10 +253,10 @@ class MemoryOutputAdapter(OutputAdapter):
     def __init__(self, name: str) -> None:
         self._name = name
 
-    def deliver(self, epoch: int, items: Sequence[Event]) -> None:
-        MemoryOutputFactory._deliver(self._name, epoch, items)
+    def deliver(self, epoch: int, items: Sequence[Event], first: int) -> None:
+        MemoryOutputFactory._deliver(self._name, epoch, items, first)
 
-    def progress(self) -> Progress | None:
+    def progress(self) -> int | None:
         return MemoryOutputFactory._progress(self._name)
 
 
@@ -266,10 +265,13 @@ class MemoryOutputFactory(OutputAdapterFactory[MemoryOutputConfig]):
 
     _lock: ClassVar[threading.Lock] = threading.Lock()
     _epochs: ClassVar[dict[str, list[tuple[int, list[Event]]]]] = {}
+    #: per name, the number after the last output item collected (its progress)
+    _held: ClassVar[dict[str, int]] = {}
 
     def create(self, config: MemoryOutputConfig, shape: EventShape) -> MemoryOutputAdapter:
         with self._lock:
             self._epochs[config.name] = []
+            self._held.pop(config.name, None)
         return MemoryOutputAdapter(config.name)
 
     @classmethod
@@ -285,15 +287,12 @@ class MemoryOutputFactory(OutputAdapterFactory[MemoryOutputConfig]):
             return [(n, list(items)) for n, items in cls._epochs.get(name, [])]
 
     @classmethod
-    def _deliver(cls, name: str, epoch: int, items: Sequence[Event]) -> None:
+    def _deliver(cls, name: str, epoch: int, items: Sequence[Event], first: int) -> None:
         with cls._lock:
             cls._epochs.setdefault(name, []).append((epoch, list(items)))
+            cls._held[name] = first + len(items)
 
     @classmethod
-    def _progress(cls, name: str) -> Progress | None:
+    def _progress(cls, name: str) -> int | None:
         with cls._lock:
-            log = cls._epochs.get(name)
-            if not log:
-                return None
-            last = log[-1][0]
-            return Progress(last, sum(len(items) for n, items in log if n == last))
+            return cls._held.get(name)

@@ -29,7 +29,7 @@ class CountingOutput(OutputAdapter):
         self.delivered_at: list[float] = []  # time.perf_counter() at each deliver
         self.kept: list[tuple[int, Any, Any]] = []
 
-    def deliver(self, epoch: int, items: Sequence[Event]) -> None:
+    def deliver(self, epoch: int, items: Sequence[Event], first: int) -> None:
         self.delivered_at.append(time.perf_counter())
         self.epochs += 1
         for e in items:

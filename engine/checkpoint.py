@@ -4,7 +4,7 @@ Layout under the directory::
 
     offsets/<k>.json   written before epoch k runs: what epoch k reads (per input and partition
                        the offset range), the arrival floor, and whether it stops the query
-    commits/<k>        written once epoch k's output was delivered
+    commits/<k>        written once epoch k's output was delivered: the output items through it
     state/<k>/         the state after epoch k: ``state.json`` (numbers, the structure), one
                        Parquet directory per DataFrame of state (held events, pending output) and
                        ``manifest.json``, written last: every Parquet file with its size and
@@ -13,8 +13,8 @@ Layout under the directory::
 Every file is written to a temporary name and renamed, so a crash leaves either the old or the
 new version, never half of one. A restarted query loads the newest complete ``state/<k>`` and
 replays epochs ``k+1 ..`` exactly as their offset-log entries say, so their output is the same;
-outputs skip the items they already hold (:meth:`adapters.base.OutputAdapter.progress`: an
-epoch and a count of its items); an output that reports nothing skips the epochs the commit log
+outputs skip the items they already hold (:meth:`adapters.base.OutputAdapter.progress`: a
+count of the query's output items); an output that reports nothing skips the items the commit log
 records as delivered.
 
 Damage is detected, never silently used (§9). Every file the engine writes here (and an output's
@@ -149,23 +149,30 @@ class CheckpointDir:
                 f"{epoch} {problem}. {why}. Fix: restore the file from a backup, {_FIX_NEW}"
             ) from None
 
-    def commit(self, epoch: int) -> None:
-        write_checked(self.path / "commits" / str(epoch), b"")
+    def commit(self, epoch: int, items: int) -> None:
+        """Record ``epoch`` as delivered, the query's output items through it being ``items``."""
+        write_checked(self.path / "commits" / str(epoch), json.dumps({"items": items}))
 
-    def committed(self) -> int | None:
-        """The last epoch whose commit marker verifies, or None. A damaged marker is ignored
-        with a warning."""
+    def committed(self) -> tuple[int, int] | None:
+        """The last epoch whose commit marker verifies and the output items through it, or None.
+        A damaged marker is ignored with a warning."""
         for k in sorted(_epochs(self.path / "commits", ""), reverse=True):
             path = self.path / "commits" / str(k)
             try:
-                read_checked(path)
+                body = read_checked(path)
+                try:
+                    items = json.loads(body)["items"]
+                    if not isinstance(items, int) or isinstance(items, bool) or items < 0:
+                        raise TypeError
+                except (ValueError, KeyError, TypeError):
+                    raise DamagedFile(path, 'does not hold {"items": <count>}') from None
             except DamagedFile as e:
                 warn_damage(
                     f"checkpoint {str(self.path)!r}: the commit marker {e.path!r} {e.problem}; "
                     "it is ignored (the output's own progress decides what it still lacks)"
                 )
                 continue
-            return k
+            return k, items
         return None
 
     def commit_path(self, epoch: int) -> Path:
@@ -265,7 +272,7 @@ class CheckpointDir:
                 kind = getattr(kind, part)
             fields = value["fields"]
             expected = {f.name for f in dataclasses.fields(kind)}
-            if not set(fields) <= expected:
+            if set(fields) != expected:
                 raise QueryBuildError(
                     f"checkpoint {self.path}: the state snapshot of epoch {epoch} holds a "
                     f"{name} with fields {sorted(fields)}, written by another version of the "

@@ -50,11 +50,13 @@ _TYP = "__typ"  # 0: a CTI, 1: a release item, 2: an empty END edge cancelling i
 class EgressState:
     """Items waiting for a CTI, on the driver (start, end, edge, release time, END edge's
     position, then the payload), the schema they were collected with (JSON, for checkpoints),
-    and the last CTI delivered."""
+    the last CTI delivered, and how many items were released so far: the number of the next
+    one (output items are numbered from the query's first, semantics §9)."""
 
     pending: list[tuple] = field(default_factory=list)
     last_cti: int = MIN_TIME
     schema: str | None = None
+    released: int = 0
 
     def to_frame(self, spark: SparkSession) -> EgressState:
         """This state with ``pending`` as a DataFrame (what a checkpoint can write)."""
@@ -231,7 +233,7 @@ def egress_epoch(
         if typ == 0:
             last = c
             delivered.append(Event(EventKind.CTI, c, c))
-    return delivered, EgressState(waiting, last, schema.json())
+    return delivered, EgressState(waiting, last, schema.json(), state.released + len(delivered))
 
 
 def _collect_rows(df: DataFrame) -> list[tuple]:

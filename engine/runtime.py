@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from ctistream.adapters.base import InputAdapter, OutputAdapter, Progress
+from ctistream.adapters.base import InputAdapter, OutputAdapter
 from ctistream.engine._spark import collect_driver_garbage, parse_schema
 from ctistream.engine.egress import EgressState, egress_epoch
 from ctistream.engine.errors import EngineError, HeldEventsWarning, QueryBuildError
@@ -136,7 +136,7 @@ class Runtime:
     progress: int | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        _check_progress(self.name, self.output)
+        _check_output(self.name, self.output)
         self.inputs = self._bind()
         self._order = self._import_order()
         #: operators whose output only windows read (``intervals`` for a join below a window)
@@ -446,6 +446,7 @@ class Runtime:
                     after = k + 1 == len(bounds) - 1
                     upcoming = _Upcoming(raws, *bounds[k + 1], stop and after)
                 self.run_epoch(k, reads | raws, lo, hi, stop and last, delivered, upcoming=upcoming)
+            self.check_delivered(delivered)
             if stop:
                 self.warn_held(stacklevel=3)
         finally:
@@ -495,12 +496,13 @@ class Runtime:
         lo: int | None,
         hi: int | None,
         stopping: bool,
-        delivered: Progress | None,
+        delivered: int | None,
         as_read: Collection[int] | None = None,
         upcoming: _Upcoming | None = None,
     ) -> None:
         """Run epoch ``k`` (items with arrival in [lo, hi)) and deliver what the output does
-        not hold of it (``delivered``: what it holds, :meth:`OutputAdapter.progress`).
+        not hold of it (``delivered``: how many of the query's output items it holds,
+        :meth:`OutputAdapter.progress`).
         ``raws``: per input, its raw rows (filtered to the epoch here), or the read of the
         epoch's rows. ``as_read``: the inputs whose raw rows are as read (None: all); the others
         had rows added. ``upcoming``: the next epoch of a bounded run, whose ingress then runs
@@ -509,6 +511,7 @@ class Runtime:
         the first bad item and then raises: the epoch is not done, and a restart that replays
         it delivers the rest (semantics §9)."""
         t0 = time.perf_counter()
+        first = self._egress.released  # the number of the epoch's first output item
         stopped: _StopEpoch | None = None
         limit = None
         while True:
@@ -527,9 +530,9 @@ class Runtime:
                 # Run again up to it: an input after the one that found it may hold an earlier
                 # bad item, found by this next run (each run stops strictly earlier).
                 stopped, limit = found, found.pos
-        undelivered = _undelivered(self.name, k, items, delivered)
+        undelivered = _undelivered(first, items, delivered)
         if undelivered is not None:
-            self.output.deliver(k, undelivered)
+            self.output.deliver(k, undelivered[1], undelivered[0])
         if stopped is not None:
             raise stopped.error from None
         seconds = time.perf_counter() - t0
@@ -554,6 +557,24 @@ class Runtime:
                 file=sys.stderr,
                 flush=True,
             )
+
+    def check_delivered(self, delivered: int | None) -> None:
+        """After the epochs that may have delivered before (a bounded run's, a restarted
+        query's replay): raise when the output held (``delivered``) more items than they gave.
+        Epochs computed again give the same items up to where the first run failed (§4), so
+        more means other items: the input was changed before that point, or the output holds
+        another query's or run's items."""
+        released = self._egress.released
+        if delivered is None or delivered <= released:
+            return
+        raise EngineError(
+            f"query {self.name!r}: its output holds {delivered} items, but the query computed "
+            f"again gives {released}; expected at most {released} (a query computed again "
+            "gives the same items up to where it failed, however it is cut into epochs). The "
+            "input was changed before that point, or the output holds the items of another "
+            "query or run. Fix: restore the input as it was up to the item that failed, or give "
+            "the query a new output (and a new checkpoint directory)"
+        )
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Per input: counts by kind (§8) and the current CTI."""
@@ -921,45 +942,42 @@ class _Ahead:
         release_checkpoints(self.made)
 
 
-def _undelivered(
-    query: str, k: int, items: list, delivered: Progress | None
-) -> Sequence[Any] | None:
-    """The items of epoch ``k`` that an output holding ``delivered`` lacks (semantics §9:
-    output progress is per item within an epoch), or None when it lacks none. A replayed
-    epoch computes the same items again, so the first ones are those the output holds."""
-    if delivered is None:
-        return items
-    epoch, held = delivered
-    if k > epoch:
-        return items
-    if k < epoch or held == len(items):
+def _undelivered(first: int, items: list, delivered: int | None) -> tuple[int, list] | None:
+    """What an output holding ``delivered`` items lacks of an epoch whose ``items`` are the
+    query's output items numbered from ``first`` (semantics §9): the number of the first item
+    it lacks and the items from there; None when it lacks none. The items are numbered from the
+    query's first, the same for any cut into epochs (§4), so what the output holds beyond an
+    epoch is skipped in the epochs after it."""
+    skip = 0 if delivered is None else max(0, delivered - first)
+    if skip and skip >= len(items):
         return None
-    if held > len(items):
-        raise EngineError(
-            f"query {query!r}: its output holds {held} items of epoch {k}, but epoch {k} "
-            f"computed again has {len(items)}; expected at least {held} (an epoch computed "
-            "again gives the same items up to where it failed). The input the epoch read was "
-            "changed before that point, or the output holds the items of another query or "
-            "run. Fix: restore the input as it was up to the item that failed, or give the "
-            "query a new output (and a new checkpoint directory)"
-        )
-    return items[held:]
+    return first + skip, items[skip:]
 
 
-def _check_progress(name: str, output: OutputAdapter) -> None:
-    """An output adapter written for the per-epoch contract (``delivered_through``) would
-    receive every replayed epoch again: fail when the query is built, with the fix."""
+def _check_output(name: str, output: OutputAdapter) -> None:
+    """An output adapter written for an earlier contract would receive items it holds again, or
+    fail mid-run: refuse it when the query is built, with the fix. Per epoch:
+    ``delivered_through()``; per item within an epoch: ``deliver(epoch, items)`` without
+    ``first``."""
     kind = type(output)
-    if not hasattr(kind, "delivered_through") or kind.progress is not OutputAdapter.progress:
-        return
-    raise QueryBuildError(
-        f"query {name!r}: {kind.__name__} defines delivered_through(), which the engine no "
-        "longer calls; expected progress() -> ctistream.Progress(epoch, items) or None, "
-        "the epoch and how many of its items the output holds (output progress is tracked per "
-        "item: an epoch that failed part-way is completed after a restart). Fix: rename it to "
-        "progress() and return Progress(epoch + 1, 0) for an epoch delivered whole, or count "
-        "the items deliver() received for the last epoch and return Progress(epoch, count)"
-    )
+    if hasattr(kind, "delivered_through") and kind.progress is OutputAdapter.progress:
+        raise QueryBuildError(
+            f"query {name!r}: {kind.__name__} defines delivered_through(), which the engine no "
+            "longer calls; expected progress() -> int or None, how many of the query's output "
+            "items the output holds (output progress is tracked per item: an epoch that failed "
+            "part-way is completed after a restart). Fix: rename it to progress(), record "
+            "first + len(items) with what deliver(epoch, items, first) writes, and return it"
+        )
+    try:
+        inspect.signature(output.deliver).bind(0, [], 0)
+    except TypeError:
+        raise QueryBuildError(
+            f"query {name!r}: {kind.__name__}.deliver does not take (epoch, items, first); "
+            "expected deliver(epoch, items, first) as ctistream.OutputAdapter declares it, "
+            "first being the number of items[0] among the query's output items. Fix: add the "
+            "parameter 'first'; an adapter that records progress records first + len(items) "
+            "and returns it from progress()"
+        ) from None
 
 
 def _check_read_batches(name: str, adapter: InputAdapter) -> None:

@@ -14,7 +14,8 @@ written to the offset log; after its output is delivered, to the commit log; eve
 (:mod:`engine.checkpoint`). A restarted query loads the newest state and replays the logged
 epochs after it with the same ranges and floors, so it computes the same output again; the
 output adapter receives only the items it does not hold (:meth:`adapters.base.OutputAdapter
-.progress`), also of an epoch that failed part-way. Nothing read after the last logged epoch
+.progress`: a count of the query's output items, numbered from its first whatever the epochs),
+also of an epoch that failed part-way. Nothing read after the last logged epoch
 was delivered, so the query then simply goes on, unless it had ended for good (a stop with
 flush, or every input at CTI +inf): then the start raises
 :class:`engine.errors.QueryStoppedError` (semantics §9).
@@ -27,7 +28,6 @@ import threading
 import time
 from typing import Any
 
-from ctistream.adapters.base import Progress
 from ctistream.engine._spark import settle_driver
 from ctistream.engine.checkpoint import CheckpointDir, warn_damage
 from ctistream.engine.errors import QueryBuildError, QueryStoppedError
@@ -73,7 +73,8 @@ class Streamer:
         self.done: dict[int, bool] = {}  # bounded inputs already read
         self.floor = MIN_TIME  # the largest arrival stamp of every epoch so far
         self.stopped = False
-        self.committed: int | None = None  # the last epoch the commit log records as delivered
+        #: the last epoch the commit log records as delivered, and the output items through it
+        self.committed: tuple[int, int] | None = None
         self._thread: threading.Thread | None = None
         self._halt = threading.Event()
         self.error: BaseException | None = None
@@ -138,12 +139,15 @@ class Streamer:
             )
         replay = self.dir.replay(self.epoch)
         self.committed = self.dir.committed()
+        held = _at_least(rt.output.progress(), self.committed)
         if replay:
             log.info("query %s: replaying epochs %s..%s", rt.name, replay[0][0], replay[-1][0])
             if self.committed is not None:
-                _warn_behind(rt, self.dir, self.committed, replay[-1][0])
+                _warn_behind(rt, self.dir, self.committed[0], replay[-1][0])
         for k, entry in replay:
             self._execute(k, entry)
+        if replay:  # nothing read after the last logged epoch was delivered
+            rt.check_delivered(held)
         if replay:
             last: tuple[int, dict[str, Any]] | None = replay[-1]
         elif snap is not None:  # the snapshot's own epoch is the last one logged
@@ -275,7 +279,7 @@ class Streamer:
         self.floor = max([self.floor, *taken])
         self.epoch = k + 1
         if self.dir is not None:
-            self.dir.commit(k)
+            self.dir.commit(k, rt._egress.released)
             if self.epoch % self.every == 0 or plan["stop"]:
                 self.dir.save_state(k, self._state())
 
@@ -373,15 +377,15 @@ def _warn_behind(rt: Any, ckpt: CheckpointDir, committed: int, last: int) -> Non
     )
 
 
-def _at_least(held: Progress | None, committed: int | None) -> Progress | None:
-    """What the output holds (§9). An output that reports progress knows what it holds (it
-    records its count with its items; a file output cuts its file back to its record), so its
-    account decides, also within an epoch delivered in part. One that reports nothing while
-    the commit log records epochs through ``committed`` (its record lost, or a new output) holds
-    every item of them by the commit log's account: an epoch is committed only once its output
-    was delivered whole."""
+def _at_least(held: int | None, committed: tuple[int, int] | None) -> int | None:
+    """How many output items the output holds (§9). An output that reports progress knows what
+    it holds (it records its count with its items; a file output cuts its file back to its
+    record), so its account decides, also within an epoch delivered in part. One that reports
+    nothing while the commit log records epochs through ``committed`` (the epoch and the output
+    items through it; its record lost, or a new output) holds every item of them by the commit
+    log's account: an epoch is committed only once its output was delivered whole."""
     if held is None and committed is not None:
-        return Progress(committed + 1, 0)
+        return committed[1]
     return held
 
 

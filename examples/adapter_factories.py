@@ -144,7 +144,7 @@ class PrintAdapter(OutputAdapter):
         self.title = title
         self.delivered[title] = []
 
-    def deliver(self, epoch: int, items: Sequence[Event]) -> None:
+    def deliver(self, epoch: int, items: Sequence[Event], first: int) -> None:
         for e in items:
             self.delivered[self.title].append(e)
             if e.is_cti:

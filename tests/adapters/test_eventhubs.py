@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from azure.eventhub import EventHubConsumerClient
-from ctistream.adapters.base import ItemKind, Progress, SourceItem
+from ctistream.adapters.base import ItemKind, SourceItem
 from ctistream.adapters.eventhubs import (
     COUNT_PROPERTY,
     EPOCH_PROPERTY,
@@ -333,9 +333,9 @@ def test_output_events_read_back_as_the_same_stream_with_epoch_properties(hubs):
     hub = new_hub(hubs, 2)
     out = output(hubs, hub, partition_id="1")
     assert out.progress() is None
-    out.deliver(0, EPOCH0)
-    out.deliver(1, [])
-    out.deliver(2, EPOCH1)
+    out.deliver(0, EPOCH0, 0)
+    out.deliver(1, [], 2)
+    out.deliver(2, EPOCH1, 2)
     out.close()
     assert hubs.events(hub, "0") == []  # one partition, in order
     assert read_back(hubs, hub, partition="1") == EPOCH0 + EPOCH1
@@ -354,9 +354,9 @@ def test_output_events_read_back_as_the_same_stream_with_epoch_properties(hubs):
     assert marks == [
         ("INSERT", 0, 0, 2),
         ("CTI", 0, 1, 2),
-        ("INSERT", 2, 0, 3),
-        ("INSERT", 2, 1, 3),
-        ("CTI", 2, 2, 3),
+        ("INSERT", 2, 2, 5),  # items are numbered from the query's first, across epochs
+        ("INSERT", 2, 3, 5),
+        ("CTI", 2, 4, 5),
     ]
 
 
@@ -368,42 +368,42 @@ def test_edges_round_trip_and_ctis_can_be_left_out(hubs):
         interval(at(1), at(3), {"id": 2, "v": 1.0}),
     ]
     hub = new_hub(hubs)
-    output(hubs, hub, EventShape.EDGE, include_ctis=False).deliver(0, edges[:3])
+    output(hubs, hub, EventShape.EDGE, include_ctis=False).deliver(0, edges[:3], 0)
     assert read_back(hubs, hub, EventShape.EDGE) == [edges[0], edges[2]]
-    # the CTI left out still counts among the epoch's items: the END edge is item 2 of 3
+    # the CTI left out still counts among the output items: the END edge is item 2 of 0-2
     assert [(p[INDEX_PROPERTY], p[COUNT_PROPERTY]) for p in properties(hubs, hub)] == [
         (0, 3),
         (2, 3),
     ]
-    assert output(hubs, hub).progress() == Progress(0, 3)
+    assert output(hubs, hub).progress() == 3
 
 
 def test_a_partly_sent_epoch_is_completed_with_the_items_after_it(hubs):
     hub = new_hub(hubs)
     first = output(hubs, hub)
-    first.deliver(0, EPOCH0)
+    first.deliver(0, EPOCH0, 0)
     first.close()
-    # A crash after the first event of epoch 1 (of 3), then an event of another writer.
+    # A crash after the first event of epoch 1 (items 2-4), then an event of another writer.
     body = {"start": iso(2), "end": iso(2.000001), "edge": None, "id": 2, "v": 2.0}
-    marks = {KIND_PROPERTY: "INSERT", EPOCH_PROPERTY: 1, INDEX_PROPERTY: 0, COUNT_PROPERTY: 3}
+    marks = {KIND_PROPERTY: "INSERT", EPOCH_PROPERTY: 1, INDEX_PROPERTY: 2, COUNT_PROPERTY: 5}
     hubs.append(hub, 0, body, marks)
     hubs.append(hub, 0, {"note": "not ours"})
     again = output(hubs, hub)  # a restarted query learns from the partition's tail
-    assert again.progress() == Progress(1, 1)
-    again.deliver(1, EPOCH1[1:])  # and the engine hands over the rest of epoch 1
+    assert again.progress() == 3
+    again.deliver(1, EPOCH1[1:], 3)  # and the engine hands over the rest of epoch 1
     again.close()
     ours = [(p[EPOCH_PROPERTY], p[INDEX_PROPERTY]) for p in properties(hubs, hub) if p]
-    assert ours == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
+    assert ours == [(0, 0), (0, 1), (1, 2), (1, 3), (1, 4)]
     last = output(hubs, hub)
-    assert last.progress() == Progress(1, 3)
-    with pytest.raises(EventHubsAdapterError, match=r"holds epoch 1 already, but epoch 0 is"):
-        last.deliver(0, EPOCH0)  # another query sending to the same partition
+    assert last.progress() == 5
+    with pytest.raises(EventHubsAdapterError, match=r"items up to number 4 already, but items"):
+        last.deliver(0, EPOCH0, 0)  # another query sending to the same partition
 
 
 def test_an_output_partition_that_does_not_exist_is_named(hubs):
     out = output(hubs, new_hub(hubs, 2), partition_id="5", **QUICK)
     with pytest.raises(EventHubNotFoundError, match=r"has partitions \['0', '1'\], not '5'"):
-        out.deliver(0, EPOCH0)
+        out.deliver(0, EPOCH0, 0)
 
 
 # -- endpoint down -----------------------------------------------------------------------------
@@ -511,11 +511,12 @@ def test_three_partitions_give_what_the_memory_adapters_give_and_round_trip(app,
     assert sorted(ids) == sorted(set(range(1, 13)) - DROPPED)
     assert got[0] == cti(at(1)) and got[-1] == cti(MAX_TIME)
     # A restarted query's output adapter learns from the hub that both epochs are there: the
-    # last event is the last item of epoch 1.
+    # last event is the last output item, numbered from the query's first.
     last = properties(hubs, sink)[-1]
     assert last[EPOCH_PROPERTY] == 1 and last[INDEX_PROPERTY] + 1 == last[COUNT_PROPERTY]
+    assert last[COUNT_PROPERTY] == len(got)
     restarted = EventHubOutputFactory().create(sink_config, EventShape.POINT)
-    assert restarted.progress() == Progress(1, last[COUNT_PROPERTY])
+    assert restarted.progress() == len(got)
 
 
 def test_a_malformed_event_stops_a_query_after_everything_before_it_was_delivered(app, hubs):

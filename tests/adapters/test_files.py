@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from ctistream.adapters.base import ItemKind, Progress, SourceItem
+from ctistream.adapters.base import ItemKind, SourceItem
 from ctistream.adapters.files import (
     FileInputAdapter,
     FileInputConfig,
@@ -25,7 +25,7 @@ from ctistream.adapters.files import (
     FileOutputConfig,
     FileOutputFactory,
 )
-from ctistream.engine.checkpoint import read_checked
+from ctistream.engine.checkpoint import read_checked, write_checked
 from ctistream.engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import EventShape, cti, edge_end, edge_start, interval, point
 from ctistream.engine.settings import AdapterAdvanceTimeSettings, AdvanceTimeGenerationSettings
@@ -626,8 +626,8 @@ def test_jsonl_output_writes_one_row_per_item(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     sink = FileOutputFactory().create(FileOutputConfig(path=str(out)), EventShape.INTERVAL)
     assert sink.progress() is None
-    sink.deliver(0, OUTPUT_ITEMS)
-    sink.deliver(1, [edge_start(5, {"id": 3, "v": 1.0}), edge_end(5, 7, {"id": 3, "v": 1.0})])
+    sink.deliver(0, OUTPUT_ITEMS, 0)
+    sink.deliver(1, [edge_start(5, {"id": 3, "v": 1.0}), edge_end(5, 7, {"id": 3, "v": 1.0})], 3)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows == [
         {
@@ -669,7 +669,7 @@ def test_jsonl_output_writes_one_row_per_item(tmp_path: Path) -> None:
             "v": 1.0,
         },
     ]
-    assert sink.progress() == Progress(1, 2)
+    assert sink.progress() == 5  # output items 0-4
 
 
 def test_output_reads_back_as_input(tmp_path: Path) -> None:
@@ -678,7 +678,7 @@ def test_output_reads_back_as_input(tmp_path: Path) -> None:
         sink = FileOutputFactory().create(
             FileOutputConfig(path=str(out), format=fmt), EventShape.INTERVAL
         )
-        sink.deliver(0, OUTPUT_ITEMS)
+        sink.deliver(0, OUTPUT_ITEMS, 0)
         back = adapter(
             EventShape.INTERVAL,
             path=str(out),
@@ -700,55 +700,55 @@ def test_csv_output_has_a_header_and_spark_style_values(tmp_path: Path) -> None:
     sink = FileOutputFactory().create(
         FileOutputConfig(path=str(out), format="csv"), EventShape.POINT
     )
-    sink.deliver(0, [])  # nothing to write yet: the header waits for the first row
+    sink.deliver(0, [], 0)  # nothing to write yet: the header waits for the first row
     assert out.read_text() == ""
-    sink.deliver(1, [point(0, {"ok": True, "name": "a, b"}), cti(1)])
+    sink.deliver(1, [point(0, {"ok": True, "name": "a, b"}), cti(1)], 0)
     assert out.read_text() == (
         "kind,start,end,edge,ok,name\n"
         'INSERT,1970-01-01T00:00:00+00:00,1970-01-01T00:00:00.000001+00:00,,true,"a, b"\n'
         "CTI,1970-01-01T00:00:00.000001+00:00,1970-01-01T00:00:00.000001+00:00,,,\n"
     )
     with pytest.raises(ValueError, match=r"payload columns \['other'\] are not in the CSV header"):
-        sink.deliver(2, [point(3, {"other": 1})])
+        sink.deliver(2, [point(3, {"other": 1})], 2)
     # A new adapter on the same file takes the header from the file.
     again = FileOutputFactory().create(
         FileOutputConfig(path=str(out), format="csv"), EventShape.POINT
     )
-    again.deliver(2, [point(3, {"name": "c"})])
+    again.deliver(2, [point(3, {"name": "c"})], 2)
     assert out.read_text().splitlines()[-1] == (
         "INSERT,1970-01-01T00:00:00.000003+00:00,1970-01-01T00:00:00.000004+00:00,,,c"
     )
 
 
-def test_the_sidecar_counts_the_items_of_the_last_epoch_so_a_partial_one_is_completed(
+def test_the_sidecar_counts_the_output_items_so_a_partial_epoch_is_completed(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "out.jsonl"
     cfg = FileOutputConfig(path=str(out))
     whole = tmp_path / "whole.jsonl"
     FileOutputFactory().create(FileOutputConfig(path=str(whole)), EventShape.INTERVAL).deliver(
-        0, OUTPUT_ITEMS
+        0, OUTPUT_ITEMS, 0
     )
     sink = FileOutputFactory().create(cfg, EventShape.INTERVAL)
-    sink.deliver(0, OUTPUT_ITEMS[:1])  # epoch 0 failed after its first item
-    assert sink.progress() == Progress(0, 1)
-    # After a restart the sidecar still says so; the engine hands over the rest of epoch 0.
+    sink.deliver(0, OUTPUT_ITEMS[:1], 0)  # epoch 0 failed after its first item
+    assert sink.progress() == 1
+    # After a restart the sidecar still says so; the engine hands over the rest, items 1-2.
     restarted = FileOutputFactory().create(cfg, EventShape.INTERVAL)
-    assert restarted.progress() == Progress(0, 1)
-    restarted.deliver(0, OUTPUT_ITEMS[1:])
-    assert restarted.progress() == Progress(0, 3)
+    assert restarted.progress() == 1
+    restarted.deliver(0, OUTPUT_ITEMS[1:], 1)
+    assert restarted.progress() == 3
     assert out.read_bytes() == whole.read_bytes()
-    restarted.deliver(1, [])
-    assert restarted.progress() == Progress(1, 0)
+    restarted.deliver(1, [], 3)
+    assert restarted.progress() == 3
     sidecar = Path(str(out) + ".epoch")
-    assert json.loads(read_checked(sidecar)) == {
-        "epoch": 1,
-        "items": 0,
-        "bytes": len(whole.read_bytes()),
-    }
-    with pytest.raises(ValueError, match=r"holds epoch 1 .* but epoch 0 is delivered.*own output"):
-        restarted.deliver(0, OUTPUT_ITEMS)
+    assert json.loads(read_checked(sidecar)) == {"items": 3, "bytes": len(whole.read_bytes())}
+    with pytest.raises(ValueError, match=r"holds 3 output items .* from number 0 on .*own output"):
+        restarted.deliver(0, OUTPUT_ITEMS, 0)
     assert out.read_bytes() == whole.read_bytes()
+    # a record of the per-epoch count an earlier version kept is not read as a count of items
+    write_checked(sidecar, json.dumps({"epoch": 1, "items": 0, "bytes": len(whole.read_bytes())}))
+    with pytest.raises(ValueError, match=r"is unreadable; expected \{.items.: <int or null>"):
+        FileOutputFactory().create(cfg, EventShape.INTERVAL)
     # a sidecar without its checksum header (plain JSON, as earlier versions wrote it, without
     # an item count) is not trusted: refused naming it and the fix, the file left alone
     sidecar.write_text(json.dumps({"epoch": 4, "bytes": len(whole.read_bytes())}))
@@ -761,15 +761,15 @@ def test_a_torn_tail_is_truncated_when_the_adapter_is_created(tmp_path: Path) ->
     out = tmp_path / "out.jsonl"
     cfg = FileOutputConfig(path=str(out))
     sink = FileOutputFactory().create(cfg, EventShape.INTERVAL)
-    sink.deliver(0, OUTPUT_ITEMS[:1])
+    sink.deliver(0, OUTPUT_ITEMS[:1], 0)
     epoch0 = out.read_bytes()
     # A crash during epoch 1: part of its rows reached the file, the sidecar did not move.
     with open(out, "ab") as f:
         f.write(b'{"kind": "INSERT", "start": "2024-01-01T00:0')
     restarted = FileOutputFactory().create(cfg, EventShape.INTERVAL)
     assert out.read_bytes() == epoch0
-    assert restarted.progress() == Progress(0, 1)
-    restarted.deliver(1, OUTPUT_ITEMS[1:])
+    assert restarted.progress() == 1
+    restarted.deliver(1, OUTPUT_ITEMS[1:], 1)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["kind"], r["start"]) for r in rows] == [
         ("INSERT", "2024-01-01T00:00:00+00:00"),
@@ -781,7 +781,7 @@ def test_a_torn_tail_is_truncated_when_the_adapter_is_created(tmp_path: Path) ->
 def test_an_output_file_shorter_than_its_sidecar_is_an_error(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     cfg = FileOutputConfig(path=str(out))
-    FileOutputFactory().create(cfg, EventShape.INTERVAL).deliver(0, OUTPUT_ITEMS)
+    FileOutputFactory().create(cfg, EventShape.INTERVAL).deliver(0, OUTPUT_ITEMS, 0)
     os.truncate(out, 10)
     with pytest.raises(ValueError, match=r"records .* bytes delivered.*delete both files"):
         FileOutputFactory().create(cfg, EventShape.INTERVAL)
@@ -792,7 +792,7 @@ def test_a_sidecar_changed_on_disk_is_refused_and_the_file_left_alone(tmp_path: 
     # last byte without a word; its checksum now catches it (semantics §9).
     out = tmp_path / "out.jsonl"
     cfg = FileOutputConfig(path=str(out))
-    FileOutputFactory().create(cfg, EventShape.INTERVAL).deliver(0, OUTPUT_ITEMS)
+    FileOutputFactory().create(cfg, EventShape.INTERVAL).deliver(0, OUTPUT_ITEMS, 0)
     once = out.read_bytes()
     sidecar = Path(str(out) + ".epoch")
     count = f'"bytes": {len(once)}'.encode()
@@ -810,7 +810,7 @@ def test_existing_content_without_a_sidecar_is_kept(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     out.write_text('{"old": 1}\n')
     sink = FileOutputFactory().create(FileOutputConfig(path=str(out)), EventShape.POINT)
-    sink.deliver(0, [cti(0)])
+    sink.deliver(0, [cti(0)], 0)
     assert out.read_text().splitlines() == [
         '{"old": 1}',
         '{"kind": "CTI", "start": "1970-01-01T00:00:00+00:00", '
@@ -823,7 +823,7 @@ def test_a_payload_column_named_like_an_output_column_is_refused(tmp_path: Path)
         FileOutputConfig(path=str(tmp_path / "o.jsonl")), EventShape.POINT
     )
     with pytest.raises(ValueError, match=r"payload column 'start'.*clashes"):
-        sink.deliver(0, [point(1, {"start": 1})])
+        sink.deliver(0, [point(1, {"start": 1})], 0)
     assert sink.progress() is None
 
 

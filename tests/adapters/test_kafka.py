@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from ctistream.adapters.base import ItemKind, Progress, SourceItem
+from ctistream.adapters.base import ItemKind, SourceItem
 from ctistream.adapters.kafka import (
     COUNT_HEADER,
     EPOCH_HEADER,
@@ -416,9 +416,9 @@ def test_output_records_read_back_as_the_same_stream_with_epoch_headers(broker):
     topic = broker.create_topic()
     out = output(b, topic)
     assert out.progress() is None
-    out.deliver(0, EPOCH0)
-    out.deliver(1, [])
-    out.deliver(2, EPOCH1)
+    out.deliver(0, EPOCH0, 0)
+    out.deliver(1, [], 2)
+    out.deliver(2, EPOCH1, 2)
     out.close()
     assert read_back(b, topic) == EPOCH0 + EPOCH1
     records = raw_records(b, topic)
@@ -435,11 +435,11 @@ def test_output_records_read_back_as_the_same_stream_with_epoch_headers(broker):
     ] == [
         (b"INSERT", b"0", b"0"),
         (b"CTI", b"0", b"1"),
-        (b"INSERT", b"2", b"0"),
-        (b"INSERT", b"2", b"1"),
-        (b"CTI", b"2", b"2"),
+        (b"INSERT", b"2", b"2"),  # items are numbered from the query's first, across epochs
+        (b"INSERT", b"2", b"3"),
+        (b"CTI", b"2", b"4"),
     ]
-    assert {header(r, COUNT_HEADER) for r in records[2:]} == {b"3"}
+    assert {header(r, COUNT_HEADER) for r in records[2:]} == {b"5"}
 
 
 def test_edges_and_intervals_round_trip_and_ctis_can_be_left_out(broker):
@@ -451,32 +451,32 @@ def test_edges_and_intervals_round_trip_and_ctis_can_be_left_out(broker):
     ]
     topic = broker.create_topic()
     out = output(b, topic, EventShape.EDGE)
-    out.deliver(0, edges)
+    out.deliver(0, edges, 0)
     assert read_back(b, topic, EventShape.EDGE) == edges
     spans = [interval(at(1), at(3), {"id": 1, "v": 1.0}), cti(at(2))]
     topic = broker.create_topic()
     out = output(b, topic, EventShape.INTERVAL, include_ctis=False)
-    out.deliver(0, [cti(at(0)), *spans])
+    out.deliver(0, [cti(at(0)), *spans], 0)
     assert read_back(b, topic, EventShape.INTERVAL) == spans[:1]
-    # a CTI left out still counts among the epoch's items: the interval is item 1 of 3
+    # a CTI left out still counts among the output items: the interval is item 1 of 0-2
     record = raw_records(b, topic)[0]
     assert (header(record, INDEX_HEADER), header(record, COUNT_HEADER)) == (b"1", b"3")
-    assert output(b, topic).progress() == Progress(0, 2)
+    assert output(b, topic).progress() == 2
 
 
 def test_an_epoch_that_failed_part_way_is_completed_with_the_items_after_it(broker):
     b = broker.bootstrap
     topic = broker.create_topic()
     first = output(b, topic)
-    first.deliver(0, EPOCH0)
-    first.deliver(1, EPOCH1[:1])  # epoch 1 failed after its first item
+    first.deliver(0, EPOCH0, 0)
+    first.deliver(1, EPOCH1[:1], 2)  # epoch 1 failed after its first item
     first.close()
     # A fresh adapter (a restarted query) learns from the topic's tail what is there, and the
-    # engine hands it the rest of epoch 1.
+    # engine hands it the rest of epoch 1: items 3-4.
     again = output(b, topic)
-    assert again.progress() == Progress(1, 1)
-    again.deliver(1, EPOCH1[1:])
-    again.deliver(2, EPOCH2)
+    assert again.progress() == 3
+    again.deliver(1, EPOCH1[1:], 3)
+    again.deliver(2, EPOCH2, 5)
     again.close()
     assert read_back(b, topic) == EPOCH0 + EPOCH1 + EPOCH2
     marks = [
@@ -486,25 +486,25 @@ def test_an_epoch_that_failed_part_way_is_completed_with_the_items_after_it(brok
     assert marks == [
         (b"0", b"0", b"2"),
         (b"0", b"1", b"2"),
-        (b"1", b"0", b"1"),  # written when epoch 1 had one item
-        (b"1", b"1", b"3"),
-        (b"1", b"2", b"3"),
-        (b"2", b"0", b"2"),
-        (b"2", b"1", b"2"),
+        (b"1", b"2", b"3"),  # written by a delivery of items 2-2
+        (b"1", b"3", b"5"),
+        (b"1", b"4", b"5"),
+        (b"2", b"5", b"7"),
+        (b"2", b"6", b"7"),
     ]
     last = output(b, topic)
-    assert last.progress() == Progress(2, 2)
-    with pytest.raises(KafkaAdapterError, match=r"holds epoch 2 already, but epoch 1 is being"):
-        last.deliver(1, EPOCH1)  # another query writing the same partition
+    assert last.progress() == 7
+    with pytest.raises(KafkaAdapterError, match=r"items up to number 6 already, but items from"):
+        last.deliver(1, EPOCH1, 2)  # another query writing the same partition
 
 
 def test_a_partly_written_epoch_is_completed_from_its_first_missing_record(broker):
     b = broker.bootstrap
     topic = broker.create_topic()
     out = output(b, topic)
-    out.deliver(0, EPOCH0)
+    out.deliver(0, EPOCH0, 0)
     out.close()
-    # A crash after the first record of epoch 1 (of 3), and a record of another writer after it.
+    # A crash after the first record of epoch 1 (items 2-4), and a record of another writer.
     torn = KafkaProducer(bootstrap_servers=b)
     value = json.dumps({"start": iso(2), "end": iso(2.000001), "edge": None, "id": 2, "v": 2.0})
     torn.send(
@@ -514,33 +514,33 @@ def test_a_partly_written_epoch_is_completed_from_its_first_missing_record(broke
         headers=[
             (KIND_HEADER, b"INSERT"),
             (EPOCH_HEADER, b"1"),
-            (INDEX_HEADER, b"0"),
-            (COUNT_HEADER, b"3"),
+            (INDEX_HEADER, b"2"),
+            (COUNT_HEADER, b"5"),
         ],
     ).get(timeout=10)
     torn.send(topic, value=b'{"note": "not ours"}', partition=0).get(timeout=10)
     torn.close()
     again = output(b, topic)
-    assert again.progress() == Progress(1, 1)
-    again.deliver(1, EPOCH1[1:])
+    assert again.progress() == 3
+    again.deliver(1, EPOCH1[1:], 3)
     again.close()
     records = raw_records(b, topic)
     ours = [r for r in records if header(r, EPOCH_HEADER) is not None]
     assert [(header(r, EPOCH_HEADER), header(r, INDEX_HEADER)) for r in ours] == [
         (b"0", b"0"),
         (b"0", b"1"),
-        (b"1", b"0"),
-        (b"1", b"1"),
         (b"1", b"2"),
+        (b"1", b"3"),
+        (b"1", b"4"),
     ]
-    assert output(b, topic).progress() == Progress(1, 3)
+    assert output(b, topic).progress() == 5
 
 
 def test_an_output_partition_that_does_not_exist_is_named(broker):
     topic = broker.create_topic(partitions=2)
     out = output(broker.bootstrap, topic, partition=5, **QUICK)
     with pytest.raises(KafkaTopicNotFoundError, match=r"has partitions \[0, 1\], not 5"):
-        out.deliver(0, EPOCH0)
+        out.deliver(0, EPOCH0, 0)
 
 
 # -- broker down -------------------------------------------------------------------------------
@@ -592,7 +592,7 @@ def test_a_broker_that_stops_fails_reads_and_deliveries_with_a_clear_error(own_b
     a = adapter(b, topic, **QUICK)
     a.partitions()
     out = output(b, own_broker.create_topic(), **QUICK)
-    out.deliver(0, EPOCH0)
+    out.deliver(0, EPOCH0, 0)
     own_broker.stop()
     with pytest.raises(KafkaUnavailableError) as error:
         read_all(a)
@@ -602,7 +602,7 @@ def test_a_broker_that_stops_fails_reads_and_deliveries_with_a_clear_error(own_b
     ) in str(error.value)
     assert "This run delivers nothing read after the last committed offset" in str(error.value)
     with pytest.raises(KafkaUnavailableError) as error:
-        out.deliver(1, EPOCH1)
+        out.deliver(1, EPOCH1, 2)
     assert "cannot write epoch 1 to Kafka topic" in str(error.value)
     assert "Epochs before it are in the topic" in str(error.value)
 

@@ -105,11 +105,11 @@ def _kill_in_stop() -> None:
 
     for kind in (MarkedOutputAdapter, FileOutputAdapter):
 
-        def deliver(self, epoch, items, deliver=kind.deliver):
+        def deliver(self, epoch, items, first, deliver=kind.deliver):
             if any(e.is_cti and e.start == MAX_TIME for e in items):
-                deliver(self, epoch, items[: len(items) // 2])
+                deliver(self, epoch, items[: len(items) // 2], first)
                 os.killpg(os.getpgrp(), signal.SIGKILL)
-            deliver(self, epoch, items)
+            deliver(self, epoch, items, first)
 
         kind.deliver = deliver
 

@@ -19,7 +19,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from ctistream.adapters.base import OutputAdapter, OutputAdapterFactory, Progress
+from ctistream.adapters.base import OutputAdapter, OutputAdapterFactory
 from ctistream.adapters.eventhubs import (
     EventHubInputFactory,
     EventHubOutputConfig,
@@ -84,22 +84,18 @@ def _file_query(app, name, path, out, **config):
 # -- a failed epoch is not a delivered epoch -----------------------------------------------------
 
 
-def test_an_output_gets_the_items_of_an_epoch_past_those_it_holds():
-    items = [cti(1), cti(2)]
-    assert _undelivered("q", 3, items, None) == items  # it holds nothing
-    assert _undelivered("q", 3, items, Progress(2, 7)) == items  # up to 7 items of epoch 2
-    assert _undelivered("q", 3, items, Progress(3, 1)) == items[1:]  # epoch 3 failed after 1
-    assert _undelivered("q", 3, items, Progress(3, 2)) is None  # all of epoch 3
-    assert _undelivered("q", 3, items, Progress(4, 0)) is None  # epochs up to 3
-    with pytest.raises(EngineError) as error:
-        _undelivered("q", 3, items, Progress(3, 5))
-    assert str(error.value) == (
-        "query 'q': its output holds 5 items of epoch 3, but epoch 3 computed again has 2; "
-        "expected at least 5 (an epoch computed again gives the same items up to where it "
-        "failed). The input the epoch read was changed before that point, or the output holds "
-        "the items of another query or run. Fix: restore the input as it was up to the item "
-        "that failed, or give the query a new output (and a new checkpoint directory)"
-    )
+def test_an_output_gets_the_items_it_lacks_numbered_from_the_query_s_first():
+    items = [cti(1), cti(2)]  # the query's output items 3 and 4
+    assert _undelivered(3, items, None) == (3, items)  # it holds nothing
+    assert _undelivered(3, items, 3) == (3, items)  # items 0-2
+    assert _undelivered(3, items, 4) == (4, items[1:])  # items 0-3: an epoch cut part-way
+    assert _undelivered(3, items, 5) is None  # items 0-4: all of these
+    assert _undelivered(3, items, 9) is None  # more: the epochs after this one skip the rest
+    assert _undelivered(3, [], 3) == (3, [])  # an epoch without items is delivered empty
+    assert _undelivered(3, [], 4) is None
+    # an output that holds less than the epoch begins with (a new output, a lost record) gets
+    # the epoch from its first item: items before it cannot be computed again
+    assert _undelivered(3, items, 1) == (3, items)
 
 
 class _PerEpoch(OutputAdapter):
@@ -117,9 +113,19 @@ class _PerEpochFactory(OutputAdapterFactory):
         return _PerEpoch()
 
 
-def test_an_output_adapter_of_the_per_epoch_contract_is_refused_when_the_query_is_built(
-    app, tmp_path
-):
+class _PerItemInEpoch(OutputAdapter):
+    """An output adapter written for the contract that counted items within an epoch."""
+
+    def deliver(self, epoch, items):
+        pass
+
+
+class _PerItemInEpochFactory(OutputAdapterFactory):
+    def create(self, config, shape):
+        return _PerItemInEpoch()
+
+
+def test_an_output_adapter_of_an_earlier_contract_is_refused_when_the_query_is_built(app, tmp_path):
     write_jsonl(tmp_path / "in.jsonl", [{"ts": iso(1), "v": 1}])
     stream = Stream.create(
         "old",
@@ -129,6 +135,15 @@ def test_an_output_adapter_of_the_per_epoch_contract_is_refused_when_the_query_i
     )
     with pytest.raises(QueryBuildError, match=r"_PerEpoch defines delivered_through\(\).*Fix"):
         stream.to_query(app, f"old-{_tag()}", _PerEpochFactory(), None, EventShape.POINT)
+    with pytest.raises(QueryBuildError) as error:
+        stream.to_query(app, f"old-{_tag()}", _PerItemInEpochFactory(), None, EventShape.POINT)
+    assert str(error.value).endswith(
+        "_PerItemInEpoch.deliver does not take (epoch, items, first); expected "
+        "deliver(epoch, items, first) as ctistream.OutputAdapter declares it, first being the "
+        "number of items[0] among the query's output items. Fix: add the parameter 'first'; an "
+        "adapter that records progress records first + len(items) and returns it from "
+        "progress()"
+    )
 
 
 def test_a_file_fixed_after_a_cti_violation_is_delivered_whole_once(app, tmp_path):
@@ -523,3 +538,25 @@ def test_a_run_after_the_fix_cut_otherwise_delivers_each_item_once(
     clean = _Sink(kind, request, tmp_path)
     clean.query(app, source).run(epochs=1)
     assert clean.read() == sink.read()
+
+
+def test_an_output_holding_more_than_the_run_computed_again_gives_is_an_error(app, tmp_path):
+    # The fixed file's run delivers items 0-7. The file cut back to its first five rows (through
+    # the CTI at 5 s) gives items 0-4 only: the output holds 3 the run does not compute.
+    sink = _Sink("files", None, tmp_path)
+    source = tmp_path / "in.jsonl"
+    write_jsonl(source, _rows(5.5))
+    sink.query(app, source).run(epochs=1)
+    write_jsonl(source, _rows(5.5)[:5])
+    query = sink.query(app, source)
+    with pytest.raises(EngineError) as error:
+        query.run(epochs=[3])
+    assert str(error.value) == (
+        f"query {query.name!r}: its output holds 8 items, but the query computed again gives 5; "
+        "expected at most 5 (a query computed again gives the same items up to where it "
+        "failed, however it is cut into epochs). The input was changed before that point, or "
+        "the output holds the items of another query or run. Fix: restore the input as it was "
+        "up to the item that failed, or give the query a new output (and a new checkpoint "
+        "directory)"
+    )
+    assert sink.read() == WHOLE
