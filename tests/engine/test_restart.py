@@ -560,3 +560,40 @@ def test_an_output_holding_more_than_the_run_computed_again_gives_is_an_error(ap
         "directory)"
     )
     assert sink.read() == WHOLE
+
+
+def test_a_started_query_that_reads_other_offsets_per_epoch_after_the_fix_delivers_each_once(
+    app, kafka_broker, tmp_path
+):
+    # Failed: the records arrive while the query runs. Epoch 0 reads the point at 1 s (its CTI
+    # at 1 s: item 0), epoch 1 the point at 2 s (the point at 1 s, the CTI at 2 s: items 1-2),
+    # epoch 2 the rest, and raises at the malformed record. Fixed (a dead-letter topic), the
+    # query starts again on a new checkpoint over the same output and reads all five records in
+    # one epoch: items 0-6, then the stop's flush, item 7. The output holds 3: epoch 0 skips
+    # them and delivers items 3-6 (per epoch, epoch 0 was taken as delivered whole, being before
+    # epoch 1, which the output held items of: items 3-7 were lost).
+    b = kafka_broker.bootstrap
+    source, sink, dead = (kafka_broker.create_topic() for _ in range(3))
+    records = [(0, v, kf.ARRIVAL_MS + n, None) for n, v in enumerate(BODIES)]
+    before, whole = _expected(kf.at)
+
+    failed = _kafka_query(app, b, source, sink)
+    failed.start(trigger=None, checkpoint=tmp_path / "ckpt")
+    kf.produce(b, source, records[:1])
+    failed.step()
+    kf.produce(b, source, records[1:2])
+    failed.step()
+    kf.produce(b, source, records[2:])
+    with pytest.raises(MalformedRecordError, match=rf"topic '{source}', partition 0, offset 2"):
+        failed.step()
+    assert kf.read_back(b, sink) == before
+    epochs = [int(kf.header(r, kf.EPOCH_HEADER)) for r in kf.raw_records(b, sink)]
+    assert epochs == [0, 1, 1]
+
+    again = _kafka_query(app, b, source, sink, dead_letter_topic=dead)
+    again.start(trigger=None, checkpoint=tmp_path / "new-ckpt")
+    again.step()
+    again.stop()
+    assert kf.read_back(b, sink) == whole
+    numbers = [int(kf.header(r, kf.INDEX_HEADER)) for r in kf.raw_records(b, sink)]
+    assert numbers == list(range(len(whole)))
