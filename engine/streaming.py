@@ -139,15 +139,15 @@ class Streamer:
             )
         replay = self.dir.replay(self.epoch)
         self.committed = self.dir.committed()
-        held = _at_least(rt.output.progress(), self.committed)
+        # what the output holds before the replay: only the logged epochs can have delivered it
+        held = _at_least(rt.output.progress(), self.committed) if replay else None
         if replay:
             log.info("query %s: replaying epochs %s..%s", rt.name, replay[0][0], replay[-1][0])
             if self.committed is not None:
                 _warn_behind(rt, self.dir, self.committed[0], replay[-1][0])
         for k, entry in replay:
             self._execute(k, entry)
-        if replay:  # nothing read after the last logged epoch was delivered
-            rt.check_delivered(held)
+        rt.check_delivered(held)
         if replay:
             last: tuple[int, dict[str, Any]] | None = replay[-1]
         elif snap is not None:  # the snapshot's own epoch is the last one logged
