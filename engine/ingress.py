@@ -634,9 +634,9 @@ def _version_before(
         MalformedRecordError(
             f"{what} on input {spec.name!r} (partition {spec.partitions[part]!r}, offset "
             f"{pos[_OFF]}) for key {key} is at {format_ticks(start)}, before the key's open "
-            f"version (valid from {format_ticks(before)}); expected each key's versions in valid-from "
-            "order within a partition. Fix: send a key's versions in the order they became "
-            "valid (a correction of the past is a new version from now on)"
+            f"version (valid from {format_ticks(before)}); expected each key's versions in "
+            "valid-from order within a partition. Fix: send a key's versions in the order "
+            "they became valid (a correction of the past is a new version from now on)"
         ),
     )
 

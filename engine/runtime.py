@@ -29,10 +29,10 @@ from ctistream.engine.errors import EngineError, HeldEventsWarning, QueryBuildEr
 from ctistream.engine.events import EventShape
 from ctistream.engine.ingress import (
     IngressState,
-    check_versions,
     InputSpec,
     PartitionState,
     _StopEpoch,
+    check_versions,
     ingress_epoch,
 )
 from ctistream.engine.operators import (

@@ -778,7 +778,8 @@ class _Ingress:
             self.counts["adjusted"] += t < c
             end = max(t, c)
             self._emit(
-                pos, Event(EventKind.INSERT, before.adjusted_start, end, before.payload, EdgeType.END)
+                pos,
+                Event(EventKind.INSERT, before.adjusted_start, end, before.payload, EdgeType.END),
             )
         if deleted:
             return  # a delete is an END edge: never counted for generation
