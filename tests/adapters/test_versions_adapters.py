@@ -1,0 +1,137 @@
+"""Versions read through the files, Kafka and Event Hubs adapters become the edges they stand for
+(``Stream.create(..., EventShape.POINT, versions=Versions(...))``, docs/decisions.md "Versions"):
+the adapters read each row as a point at its valid-from time, with its boolean delete flag as a
+payload column (CSV text ``true`` / ``false`` / empty, JSON booleans), and ingress makes the edges.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from ctistream.adapters.eventhubs import EventHubInputConfig, EventHubInputFactory
+from ctistream.adapters.files import FileInputConfig, FileInputFactory
+from ctistream.adapters.kafka import KafkaInputConfig, KafkaInputFactory
+from ctistream.adapters.memory import MemoryOutputConfig, MemoryOutputFactory
+from ctistream.bindings import Stream
+from ctistream.engine import (
+    MAX_TIME,
+    AdvanceTimeGenerationSettings,
+    AdvanceTimePolicy,
+    AdvanceTimeSettings,
+    EventShape,
+    Versions,
+    cti,
+    edge_end,
+    edge_start,
+)
+
+from tests.brokers.eventhubs import (  # noqa: F401 - session fixtures
+    eventhubs_connection_string,
+    eventhubs_endpoint,
+)
+
+S = 1_000_000
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+T0_TICKS = int(T0.timestamp()) * S
+SCHEMA = "sensor int, limit int, deleted boolean"
+#: (valid-from second, sensor, limit, deleted): 50 for sensor 1 from 0 s, 7 for sensor 2 from
+#: 1 s, 60 for sensor 1 from 2 s (closes 50 at 2 s; its flag is null: not a delete), sensor 2
+#: deleted at 3 s (closes 7 at 3 s)
+ROWS = [(0, 1, 50, False), (1, 2, 7, False), (2, 1, 60, None), (3, 2, 0, True)]
+#: a CTI after every version (never after a delete: an END edge is not counted), flushed
+EVERY = AdvanceTimeSettings(
+    AdvanceTimeGenerationSettings(1, timedelta(0), True), policy=AdvanceTimePolicy.DROP
+)
+
+
+def at(seconds: int) -> int:
+    return T0_TICKS + seconds * S
+
+
+def iso(seconds: int) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+def p(sensor: int, limit: int, deleted: bool | None = False) -> dict:
+    return {"sensor": sensor, "limit": limit, "deleted": deleted}
+
+
+#: By hand, EDGE consumer: CTI 0 after 50's row commits nothing; CTI 1 commits 50's START edge;
+#: CTI 2 commits 7's START edge (50's END edge at 2 s is not before 2 s); the flush commits the
+#: rest, sorted by start: 50's END edge [0, 2), 7's END edge [1, 3), 60's START edge at 2 s.
+EXPECTED = [
+    cti(at(0)),
+    edge_start(at(0), p(1, 50)),
+    cti(at(1)),
+    edge_start(at(1), p(2, 7)),
+    cti(at(2)),
+    edge_end(at(0), at(2), p(1, 50)),
+    edge_end(at(1), at(3), p(2, 7)),
+    edge_start(at(2), p(1, 60, None)),
+    cti(MAX_TIME),
+]
+
+
+def _files(tmp_path, request):
+    path = tmp_path / "limits.csv"
+    lines = ["t,sensor,limit,deleted"]
+    flags = {True: "true", False: "false", None: ""}  # empty: null
+    lines += [f"{iso(s)},{k},{v},{flags[d]}" for s, k, v, d in ROWS]
+    path.write_text("\n".join(lines) + "\n")
+    return FileInputFactory(), FileInputConfig(path=str(path), time_column="t", schema=SCHEMA)
+
+
+def _kafka(tmp_path, request):
+    from kafka import KafkaProducer
+
+    broker = request.getfixturevalue("kafka_broker")
+    topic = broker.create_topic(1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        for s, k, v, d in ROWS:
+            value = {"t": iso(s), "sensor": k, "limit": v, "deleted": d}
+            producer.send(topic, value=json.dumps(value).encode(), partition=0).get(timeout=10)
+    finally:
+        producer.close()
+    config = KafkaInputConfig(
+        bootstrap_servers=broker.bootstrap, topic=topic, time_field="t", schema=SCHEMA
+    )
+    return KafkaInputFactory(), config
+
+
+def _eventhubs(tmp_path, request):
+    hubs = request.getfixturevalue("eventhubs_endpoint")
+    hub = "hub-" + uuid.uuid4().hex[:8]
+    hubs.create_hub(hub, 1)
+    for n, (s, k, v, d) in enumerate(ROWS):
+        value = {"t": iso(s), "sensor": k, "limit": v, "deleted": d}
+        hubs.append(hub, 0, value, enqueued_time=1_800_000_000_000 + n)
+    config = EventHubInputConfig(
+        connection_string=hubs.connection_string(hub),
+        time_field="t",
+        schema=SCHEMA,
+        retry_total=1,
+        receive_timeout=timedelta(seconds=5),
+    )
+    return EventHubInputFactory(), config
+
+
+@pytest.mark.parametrize(
+    "source", [_files, _kafka, _eventhubs], ids=["files", "kafka", "eventhubs"]
+)
+def test_versions_read_by_an_adapter_become_the_expected_edges(app, tmp_path, request, source):
+    factory, config = source(tmp_path, request)
+    versions = Versions(key="sensor", deleted="deleted")
+    stream = Stream.create("limits", factory, config, EventShape.POINT, EVERY, versions=versions)
+    sink = f"versions-{source.__name__}"
+    query = stream.to_query(
+        app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.EDGE
+    )
+    try:
+        query.run(epochs=2)
+        assert MemoryOutputFactory.collected(sink) == EXPECTED
+    finally:
+        app.queries.pop(sink, None)
