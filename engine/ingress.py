@@ -15,8 +15,10 @@ computes what the spec describes item by item with running counts and maxima in 
 * the violation check and DROP / ADJUST against ``cb``.
 
 Then, in Spark: END edges matched to their START edges (FIFO per original start and payload; a
-late END edge, ``end < __cb``, closes its START edge at ``__cb``: semantics §3.4), and the input's
-CTI = min over partitions (:func:`engine.rows.min_of_latest`).
+late END edge, ``end < __cb``, closes its START edge at ``__cb``: semantics §3.4), or, for an input
+of versions (:class:`Versions`), each key's open version closed by the key's next row
+(:func:`_close_versions`); and the input's CTI = min over partitions
+(:func:`engine.rows.min_of_latest`).
 
 Per-partition state (count, max start, period, CTI, and the last item taken: where a bounded run's
 next read starts) is carried between epochs on the driver: a handful of numbers per partition,
