@@ -26,7 +26,7 @@ from ctistream.engine.plan import (
     WhereNode,
     WindowNode,
 )
-from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings
+from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings, Versions
 from ctistream.engine.temporal import to_duration_ticks
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -303,6 +303,7 @@ class Stream:
         *,
         schema: str | None = None,
         ordering: EventOrderingSettings | None = None,
+        versions: Versions | None = None,
     ) -> Stream:
         """Bind an input adapter, as StreamInsight's ``CepStream.Create``.
 
@@ -311,7 +312,10 @@ class Stream:
         arrival-time policies (semantics §7, Azure Stream Analytics' event ordering) for a point
         input: event time from a payload column, late / early / out-of-order rules, and the
         watermark as the input's CTIs; the factory's declared settings are then not used, and
-        ``advance_time_settings`` may only import CTIs.
+        ``advance_time_settings`` may only import CTIs. ``versions``: the rows are versions of
+        keys (a reference input: each row a key's value from its time on), read as POINT rows;
+        the engine makes the START and END edges (:class:`~ctistream.engine.Versions`), so the
+        stream is an EDGE stream.
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"stream name must be a non-empty string; got {name!r}")
@@ -335,9 +339,34 @@ class Stream:
                 f"input {name!r}: ordering must be EventOrderingSettings; got "
                 f"{type(ordering).__name__}. Fix: ordering=EventOrderingSettings(event_time=...)"
             )
+        if versions is not None and not isinstance(versions, Versions):
+            raise TypeError(
+                f"input {name!r}: versions must be Versions; got {type(versions).__name__}. "
+                "Fix: versions=Versions(key='sensor_id', deleted='deleted')"
+            )
+        if versions is not None and shape is not EventShape.POINT:
+            raise QueryBuildError(
+                f"input {name!r}: versions= reads each row as the moment its version becomes "
+                f"valid; expected shape EventShape.POINT, got {shape.value}. Fix: bind the input "
+                "as EventShape.POINT (the engine makes the START and END edges), or drop "
+                "versions= and send the edges yourself"
+            )
+        if versions is not None and ordering is not None:
+            raise QueryBuildError(
+                f"input {name!r}: versions= and ordering= together; expected one of them (the "
+                "arrival-time policies place points, versions make edges). Fix: drop ordering= "
+                "and give the versions' input AdvanceTimeSettings (e.g. an import)"
+            )
         return cls(
             InputNode(
-                name, factory, config, shape, advance_time_settings, schema, ordering=ordering
+                name,
+                factory,
+                config,
+                shape,
+                advance_time_settings,
+                schema,
+                ordering=ordering,
+                versions=versions,
             )
         )
 

@@ -28,6 +28,7 @@ from ctistream.engine.settings import (
     AdvanceTimeSettings,
     EventOrderingSettings,
     OrderingAction,
+    Versions,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, TICK
 
@@ -52,6 +53,7 @@ __all__ = [
     "OrderingAction",
     "QueryBuildError",
     "QueryStoppedError",
+    "Versions",
     "WindowOutput",
     "cti",
     "edge_end",

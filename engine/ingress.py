@@ -15,8 +15,10 @@ computes what the spec describes item by item with running counts and maxima in 
 * the violation check and DROP / ADJUST against ``cb``.
 
 Then, in Spark: END edges matched to their START edges (FIFO per original start and payload; a
-late END edge, ``end < __cb``, closes its START edge at ``__cb``: semantics §3.4), and the input's
-CTI = min over partitions (:func:`engine.rows.min_of_latest`).
+late END edge, ``end < __cb``, closes its START edge at ``__cb``: semantics §3.4), or, for an input
+of versions (:class:`Versions`), each key's open version closed by the key's next row
+(:func:`_close_versions`); and the input's CTI = min over partitions
+(:func:`engine.rows.min_of_latest`).
 
 Per-partition state (count, max start, period, CTI, and the last item taken: where a bounded run's
 next read starts) is carried between epochs on the driver: a handful of numbers per partition,
@@ -32,7 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 from ctistream.engine._spark import settle_worker
-from ctistream.engine.errors import CtiViolationError, MalformedRecordError
+from ctistream.engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import EdgeType, Event, EventKind
 from ctistream.engine.operators.window import PushedWindow, _bytewise, merge_pushed, pushed_partials
 from ctistream.engine.packed import ARROW, PACKED_TYPE, unpacked
@@ -56,7 +58,7 @@ from ctistream.engine.rows import (
     same_value,
     sql_names,
 )
-from ctistream.engine.settings import AdvanceTimePolicy, AdvanceTimeSettings
+from ctistream.engine.settings import AdvanceTimePolicy, AdvanceTimeSettings, Versions
 from ctistream.engine.source import SourceRead
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -75,7 +77,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-__all__ = ["IngressState", "InputSpec", "PartitionState", "ingress_epoch"]
+__all__ = ["IngressState", "InputSpec", "PartitionState", "check_versions", "ingress_epoch"]
 
 _P = "__p"  # the source partition whose sequence a row belongs to
 _SRC = "__src"  # for broadcast rows: "import" or "flush"
@@ -96,6 +98,8 @@ class InputSpec:
     #: EventOrderingSettings (§7): engine.ordering runs before this ingress and sends its
     #: watermarks as ``WM`` rows, taken like generated CTIs
     ordering: Any = None
+    #: Versions: the input's POINT rows are versions of keys, made START and END edges here
+    versions: Versions | None = None
 
     @property
     def flush_on_stop(self) -> bool:
@@ -231,6 +235,7 @@ def ingress_epoch(
         policy is AdvanceTimePolicy.ADJUST,
         pushed,
         payload if packed else None,
+        spec.versions,
     )
     if in_order and not broadcast and read is not None:
         names = seq.schema.fieldNames()
@@ -274,7 +279,12 @@ def ingress_epoch(
     rows = new_state.counts["events_in"] - state.counts["events_in"]
     if spec.edges:
         try:
-            if _few_edges(spec, a, state.open_rows, rows):
+            if spec.versions is not None:
+                closed, new_state.open_edges, counts = _close_versions(
+                    a, spec, state.open_edges, cache
+                )
+                new_state.open_rows = None
+            elif _few_edges(spec, a, state.open_rows, rows):
                 closed, new_state.open_edges, counts, new_state.open_rows = _edges_on_driver(
                     a, spec, state.open_edges
                 )
@@ -326,6 +336,25 @@ def ingress_epoch(
         unbounded=not spec.points,
     )
     return flow, new_state
+
+
+def check_versions(name: str, versions: Versions, schema: StructType) -> None:
+    """Raise QueryBuildError unless ``versions``' key columns are payload columns of ``schema``
+    and its ``deleted`` column is a boolean one (driver, when the query is built)."""
+    types = {f.name: f.dataType for f in schema.fields}
+    missing = [k for k in (*versions.key, versions.deleted) if k is not None and k not in types]
+    if missing:
+        raise QueryBuildError(
+            f"input {name!r}: versions= names column(s) {missing} that the input does not have; "
+            f"expected payload columns, got {sorted(types)}. Fix: name the key and deleted "
+            "columns as the adapter's payload has them (or give Stream.create a schema=)"
+        )
+    if versions.deleted is not None and not isinstance(types[versions.deleted], BooleanType):
+        raise QueryBuildError(
+            f"input {name!r}: versions' deleted column {versions.deleted!r} is "
+            f"{types[versions.deleted].simpleString()}; expected boolean (true marks a delete). "
+            f"Fix: declare it boolean in the schema, e.g. schema='..., {versions.deleted} boolean'"
+        )
 
 
 def _own(raw: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
@@ -441,6 +470,8 @@ def _malformed_error(raw: DataFrame, pos: tuple) -> MalformedRecordError:
 def _violation_error(a: DataFrame, spec: InputSpec, pos: tuple) -> CtiViolationError:
     r = a.filter(F.col(POS) == pos_literal(*pos)).first()
     event = _row_event(r, spec.payload)
+    if spec.versions is not None:  # as the row came: a point at its time
+        event = Event(EventKind.INSERT, r[START], r[START] + 1, event.payload)
     return CtiViolationError(
         spec.name, spec.partitions[r[_P]], r[POS]["off"], event.describe(), format_ticks(r["__cb"])
     )
@@ -507,6 +538,109 @@ def _match_edges(
         .drop("__r")
     )
     return closed, still_open, counts
+
+
+def _close_versions(
+    a: DataFrame, spec: InputSpec, open_edges: DataFrame | None, cache: EpochCache
+) -> tuple[DataFrame, DataFrame, Counter]:
+    """Close each key's open version (semantics §1, :class:`Versions`), in Spark.
+
+    Per (source partition, key), in position order over the open version left by the epochs
+    before (at most one per key: the open-edge state :func:`_match_edges` keeps too) and the
+    epoch's versions (START edges) and deletes (END edges, :func:`_version_edges`), every row
+    whose predecessor is a version closes it: an END edge with the predecessor's adjusted start
+    and payload, ending at the row's time or, when that breaks the CTI ``c`` in force, at ``c``
+    (§3.4; counted as adjusted). If the predecessor was dropped, so is its END edge (counted).
+    A delete whose predecessor is none or a delete has nothing to close: dropped, counted. A row
+    whose time is before its predecessor version's original time is malformed. Returns the END
+    edges, the versions still open (the last row of a key when it is a version), the counts.
+    """
+    payload = spec.payload
+    assert spec.versions is not None
+    keys = list(spec.versions.key)
+    rows = a.filter(F.col(KIND) == "INSERT").select(
+        _P,
+        F.col(START).alias("__os"),
+        F.when(F.col("__adj"), F.col("__cb")).otherwise(F.col(START)).alias("__as"),
+        F.col("__drop").alias("__sdrop"),
+        F.col(POS).alias("__spos"),
+        (F.col(EDGE) == "END").alias("__del"),
+        F.greatest(F.col(START), F.col("__cb")).alias("__ce"),  # where it closes its key's
+        F.col("__viol").alias("__late"),
+        F.lit(True).alias("__new"),
+        *payload,
+    )
+    if open_edges is not None:
+        carried = open_edges.select(
+            "*",
+            F.lit(False).alias("__del"),
+            F.lit(None).cast(LongType()).alias("__ce"),
+            F.lit(False).alias("__late"),
+            F.lit(False).alias("__new"),
+        )
+        rows = carried.unionByName(rows)
+    by_key = Window.partitionBy(_P, *keys).orderBy("__spos")
+    before = F.struct("__os", "__as", "__sdrop", "__del", F.struct(*payload).alias("p"))
+    j = cache.keep(
+        rows.select(
+            "*",
+            F.lag(before).over(by_key).alias("__prev"),
+            F.lead("__spos").over(by_key).isNull().alias("__last"),
+        )
+    )
+    prev = F.col("__prev")
+    closes = F.col("__new") & prev.isNotNull() & ~prev["__del"]
+    bad = closes & (F.col("__os") < prev["__os"])
+    row = F.struct(
+        F.col("__spos").alias(POS),
+        _P,
+        "__os",
+        "__del",
+        prev["__os"].alias("__before"),
+        F.struct(*keys).alias("__key"),
+    )
+    found = j.agg(
+        F.min_by(row, F.when(bad, F.col("__spos"))).alias("bad"),
+        F.count(F.when(closes & prev["__sdrop"], 1)).alias("cascade"),
+        F.count(F.when(F.col("__new") & F.col("__del") & ~closes, 1)).alias("unknown"),
+        F.count(F.when(closes & ~prev["__sdrop"] & F.col("__late"), 1)).alias("adjusted"),
+    ).first()
+    if found["bad"] is not None:
+        b = found["bad"]
+        key = b["__key"].asDict()
+        raise _version_before(spec, tuple(b[POS]), b[_P], key, b["__os"], b["__before"], b["__del"])
+    counts = Counter(
+        dropped=found["cascade"], adjusted=found["adjusted"], deletes_ignored=found["unknown"]
+    )
+    closed = j.filter(closes & ~prev["__sdrop"]).select(
+        F.lit("INSERT").alias(KIND),
+        F.lit("END").alias(EDGE),
+        prev["__as"].alias(START),
+        F.col("__ce").alias(END),
+        F.col("__spos").alias(POS),
+        *[prev["p"][k].alias(k) for k in payload],
+    )
+    still_open = j.filter(~F.col("__del") & F.col("__last")).select(
+        _P, "__os", "__as", "__sdrop", "__spos", *payload
+    )
+    return closed, checkpoint(still_open), counts
+
+
+def _version_before(
+    spec: InputSpec, pos: tuple, part: int, key: dict, start: int, before: int, delete: bool
+) -> _StopEpoch:
+    """The error for a version (or delete) whose time is before its key's open version's."""
+    what = "delete" if delete else "version"
+    return _StopEpoch(
+        pos,
+        MalformedRecordError(
+            f"{what} on input {spec.name!r} (partition {spec.partitions[part]!r}, offset "
+            f"{pos[_OFF]}) for key {key} is at {format_ticks(start)}, before the key's open "
+            f"version (valid from {format_ticks(before)}); expected each key's versions in "
+            "valid-from order within a partition. Fix: send a key's versions in the order "
+            "they became valid (a correction of the past is a new version from now on)"
+        ),
+    )
 
 
 _OFF = POS_TYPE.names.index("off")  # a position tuple's offset in its source partition
@@ -737,6 +871,7 @@ def _sequencer(
     adjust: bool,
     pushed: PushedWindow | None = None,
     pack: list[str] | None = None,
+    versions: Versions | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The per-partition scan of §3 over one source partition's rows in arrival order.
 
@@ -757,7 +892,8 @@ def _sequencer(
     that raise or break the CTI, then one PARTIAL row per window and group, before STATE. With
     ``pack`` (the payload's names), the events taken are packed (:mod:`engine.packed`: start
     as adjusted, end, position, payload) and handed on as PACKED rows, the rest as with
-    ``pushed``."""
+    ``pushed``. With ``versions``, each event row is first made the edge it stands for
+    (:func:`_version_edges`)."""
     extra = _pushed_arrow(pushed)
     if pack is not None:
         extra = [pa.field(ARROW, pa.binary())]
@@ -797,6 +933,8 @@ def _sequencer(
                 n = b.num_rows
                 if n == 0:
                     continue
+            if versions is not None:
+                b = _version_edges(b, versions.deleted)
             pos = b.column(POS)
             carried["pos"] = _check_order(pos, carried["pos"])
             kind = b.column(KIND)
@@ -943,6 +1081,26 @@ def _sequencer(
         )
 
     return scan
+
+
+def _version_edges(b: pa.RecordBatch, deleted: str | None) -> pa.RecordBatch:
+    """The rows of a versioned input as the edges they stand for (semantics §1, Versions): a
+    version (an event row whose ``deleted`` is not true) is a START edge at its valid-from time;
+    a delete is an END edge whose end is its time (its start is matched by key, not by time:
+    :func:`_close_versions`). So generation counts versions and never deletes, and a version or
+    a delete below the CTI in force breaks it as a START or an END edge does (§3)."""
+    import pyarrow.compute as pc
+
+    insert = pc.fill_null(pc.equal(b.column(KIND), "INSERT"), False)
+    gone = pa.nulls(b.num_rows, pa.bool_()).fill_null(False)
+    if deleted is not None:
+        gone = pc.and_(insert, pc.fill_null(b.column(deleted), False))
+    edge = pc.if_else(insert, pc.if_else(gone, "END", "START"), b.column(EDGE))
+    end = pc.if_else(gone, b.column(START), pc.if_else(insert, MAX_TIME, b.column(END)))
+    columns = {EDGE: edge.cast(b.schema.field(EDGE).type), END: end.cast(b.schema.field(END).type)}
+    return pa.RecordBatch.from_arrays(
+        [columns.get(k, b.column(k)) for k in b.schema.names], schema=b.schema
+    )
 
 
 def _pushed_arrow(pushed: PushedWindow | None) -> list[pa.Field]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ctistream.engine.events import EventShape
-from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings
+from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings, Versions
 from pyspark.sql import Column
 
 __all__ = [
@@ -46,7 +46,8 @@ class InputNode(Node):
     None and ``schema`` is its declared payload; binding copies the plan with a bound node in its
     place (:func:`substitute`). A bound copy names its ``template``: its ``schema`` is then the
     template's declaration, which the adapter's own schema must agree with, not an override.
-    ``ordering``: the input's arrival-time policies (semantics §7), or None.
+    ``ordering``: the input's arrival-time policies (semantics §7), or None. ``versions``: the
+    input's rows are versions of keys, made into edges by ingress (:class:`Versions`), or None.
     """
 
     name: str
@@ -58,6 +59,7 @@ class InputNode(Node):
     order: int = field(default_factory=lambda: next(_creation))
     template: str | None = None
     ordering: EventOrderingSettings | None = None
+    versions: Versions | None = None
 
     @property
     def bound(self) -> bool:

@@ -32,6 +32,7 @@ from ctistream.engine.ingress import (
     InputSpec,
     PartitionState,
     _StopEpoch,
+    check_versions,
     ingress_epoch,
 )
 from ctistream.engine.operators import (
@@ -192,6 +193,8 @@ class Runtime:
             if node.ordering is not None:  # §7: its watermark replaces the declared generation
                 settings = node.settings
                 check_ordering(node.name, node.ordering, node.shape, settings, schema)
+            if node.versions is not None:
+                check_versions(node.name, node.versions, schema)
             partitions = [str(p) for p in adapter.partitions()]
             if not partitions:
                 raise QueryBuildError(f"input {node.name!r}: its adapter declares no partitions")
@@ -201,9 +204,10 @@ class Runtime:
                 partitions,
                 settings,
                 schema.fieldNames(),
-                edges=node.shape is EventShape.EDGE,
-                points=node.shape is EventShape.POINT,
+                edges=node.shape is EventShape.EDGE or node.versions is not None,
+                points=_points(node),
                 ordering=node.ordering,
+                versions=node.versions,
             )
             bound.append(BoundInput(node, adapter, spec, schema))
         return bound
@@ -1018,8 +1022,8 @@ def _points(node: Node) -> bool:
     """Whether every event of ``node``'s output is a point (lifetime ``[s, s + 1)``): a point
     input, through filters, projections and merges (time untouched; ingress drops a point that
     breaks a CTI, never adjusts it, and arrival-time policies keep points points)."""
-    if isinstance(node, InputNode):
-        return node.shape is EventShape.POINT
+    if isinstance(node, InputNode):  # versions are read as points and made edges
+        return node.shape is EventShape.POINT and node.versions is None
     if isinstance(node, WhereNode | SelectNode | MergeNode):
         return _points(node.child)
     return False

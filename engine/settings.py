@@ -27,6 +27,7 @@ __all__ = [
     "AdvanceTimeSettings",
     "EventOrderingSettings",
     "OrderingAction",
+    "Versions",
 ]
 
 
@@ -332,3 +333,48 @@ class EventOrderingSettings(BaseModel):
         if self.early_arrival_window is None:
             return None
         return to_duration_ticks(self.early_arrival_window)
+
+
+class Versions(BaseModel):
+    """A reference input given as versions: the engine makes its START and END edges (§1, §3).
+
+    Each row of the input is one version of a key: its ``key`` column(s), the time the version
+    becomes valid (the row's time as the adapter reads it: the time column or field, a script
+    point's start) and its payload. Bound with ``Stream.create(..., EventShape.POINT, ...,
+    versions=Versions(key="sensor"))``, the input is an EDGE stream: per source partition and
+    key, in arrival order, a version opens a START edge at its valid-from time and closes the
+    key's open version with an END edge at that time (the version it replaces ends where it
+    begins); a row whose ``deleted`` column is true closes the key's open version without opening
+    another. Semantics §3 applies to these edges as to edges an adapter sends: a version or a
+    delete whose time is below the CTI ``c`` in force closes the open version at ``c`` (§3.4,
+    never dropped while that version is open) and the new version is dropped or, under ADJUST,
+    starts at ``c``. docs/decisions.md ("Versions") has the rules for a second version at the
+    same time, a version before its key's open one, and a delete of an unknown key.
+
+    ``key``: one payload column or several (a tuple). ``deleted``: a boolean payload column
+    marking deletes (null is false), or None when the input has no deletes.
+    """
+
+    model_config = _FROZEN
+
+    key: tuple[str, ...]
+    deleted: str | None = None
+
+    def __init__(self, key: str | tuple[str, ...] | list[str], deleted: str | None = None) -> None:
+        super().__init__(key=key, deleted=deleted)
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _check_key(cls, value: Any) -> Any:
+        keys = (value,) if isinstance(value, str) else value
+        if not isinstance(keys, tuple | list) or not keys:
+            raise ValueError(
+                f"key must name the key column(s) of the versions; got {value!r}. "
+                "Fix: key='sensor_id', or key=('site', 'sensor_id')"
+            )
+        return tuple(_column_name(k, "key", "sensor_id") for k in keys)
+
+    @field_validator("deleted", mode="before")
+    @classmethod
+    def _check_deleted(cls, value: Any) -> Any:
+        return None if value is None else _column_name(value, "deleted", "deleted")

@@ -9,6 +9,11 @@ edge closes the old limit at the CTI (it is never dropped, which would keep the 
 forever: semantics §3.4) and ADJUST moves the new START edge to that CTI. Every reading is joined
 with exactly one limit.
 
+The lookup stream can be written two ways, with the same result: as the edges themselves (the
+END edge of the old limit carries both its times), or as versions, one row per limit from the
+time it is valid (``versions=Versions(key="sensor")``): the engine closes a sensor's limit when
+its next version comes, at that version's time, or at the CTI when the version is late.
+
     python examples/lookup_join.py
 
 ``query`` builds the query with CTI import for the command line, which runs it, prints its metrics
@@ -38,6 +43,7 @@ from ctistream.engine import (
     AdvanceTimeSettings,
     Event,
     EventShape,
+    Versions,
     edge_end,
     edge_start,
     point,
@@ -60,20 +66,27 @@ class DataInputFactory(MemoryInputFactory):
         )
 
 
-def script() -> EventScript:
+def script(versions: bool = False) -> EventScript:
+    """The readings and the limits; ``versions``: the limits as versions, else as edges."""
     s = EventScript()
-    s.insert("lookupStream", edge_start(at(0), {"sensor": 1, "limit": 50}))
+    if versions:  # one row per limit, from the time it is valid
+        s.insert("lookupStream", point(at(0), {"sensor": 1, "limit": 50}))
+    else:
+        s.insert("lookupStream", edge_start(at(0), {"sensor": 1, "limit": 50}))
     for t in range(1, 41):
         s.insert("dataStream", point(at(t), {"sensor": 1, "value": t}))
-        if t == 30:  # the limit changed at 12:00:20, but the update only arrives now (CTI 12:00:30)
+        if t == 30 and versions:  # the limit changed at 12:00:20; the update arrives now
+            s.insert("lookupStream", point(at(20), {"sensor": 1, "limit": 60}))
+        elif t == 30:  # the same update as edges: the old limit's END edge, the new START edge
             s.insert("lookupStream", edge_end(at(0), at(20), {"sensor": 1, "limit": 50}))
             s.insert("lookupStream", edge_start(at(20), {"sensor": 1, "limit": 60}))
     return s
 
 
-def build(app: Application, import_ctis: bool) -> Query:
-    """The join of the data stream with the lookup stream, with or without CTI import."""
-    events = script()
+def build(app: Application, import_ctis: bool, versions: bool = False) -> Query:
+    """The join of the data stream with the lookup stream, with or without CTI import; the
+    lookup stream as edges, or (``versions``) as versions of each sensor's limit."""
+    events = script(versions)
     data = Stream.create(
         "dataStream", DataInputFactory(), MemoryInputConfig(script=events), EventShape.POINT
     )
@@ -85,14 +98,24 @@ def build(app: Application, import_ctis: bool) -> Query:
         settings = AdvanceTimeSettings(
             AdvanceTimeGenerationSettings(1, timedelta(0), True), None, AdvanceTimePolicy.DROP
         )
-    lookup = Stream.create(
-        "lookupStream",
-        MemoryInputFactory(),
-        MemoryInputConfig(script=events),
-        EventShape.EDGE,
-        settings,
-    )
-    name = f"lookup-{'import' if import_ctis else 'own'}"
+    if versions:
+        lookup = Stream.create(
+            "lookupStream",
+            MemoryInputFactory(),
+            MemoryInputConfig(script=events),
+            EventShape.POINT,  # each row is the moment a version becomes valid
+            settings,
+            versions=Versions(key="sensor"),
+        )
+    else:
+        lookup = Stream.create(
+            "lookupStream",
+            MemoryInputFactory(),
+            MemoryInputConfig(script=events),
+            EventShape.EDGE,
+            settings,
+        )
+    name = f"lookup-{'import' if import_ctis else 'own'}{'-versions' if versions else ''}"
     return data.join(lookup, on="sensor").to_query(
         app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
     )
@@ -103,8 +126,8 @@ def query() -> Query:
     return build(Application("lookup"), import_ctis=True)
 
 
-def run(app: Application, import_ctis: bool) -> list[Event]:
-    query = build(app, import_ctis)
+def run(app: Application, import_ctis: bool, versions: bool = False) -> list[Event]:
+    query = build(app, import_ctis, versions)
     query.run(epochs=4)
     return MemoryOutputFactory.collected(query.name)
 
@@ -143,6 +166,7 @@ def main() -> None:
     app = Application("lookup")
     print("without import:", summary(run(app, import_ctis=False)))
     print("with import:   ", summary(run(app, import_ctis=True)))
+    print("as versions:   ", summary(run(app, import_ctis=True, versions=True)))
 
 
 if __name__ == "__main__":

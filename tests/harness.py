@@ -14,7 +14,7 @@ from ctistream.adapters.memory import (
     MemoryOutputFactory,
 )
 from ctistream.bindings import Application, Stream
-from ctistream.engine import AdvanceTimeSettings, Event, EventShape
+from ctistream.engine import AdvanceTimeSettings, Event, EventShape, Versions
 
 _names = itertools.count()
 
@@ -26,6 +26,7 @@ class In:
     shape: EventShape = EventShape.POINT
     settings: AdvanceTimeSettings | None = None
     schema: str | None = None
+    versions: Versions | None = None
 
 
 def spark_run(
@@ -46,6 +47,7 @@ def spark_run(
             MemoryInputConfig(script=script, schema=spec.schema),
             spec.shape,
             spec.settings,
+            versions=spec.versions,
         )
         for name, spec in inputs.items()
     }

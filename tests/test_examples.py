@@ -47,6 +47,11 @@ def test_lookup_join_follows_the_data_stream_only_with_cti_import(spark):
     assert module["limits_by_reading"](imported) == [([50], 1, 29), ([60], 30, 40)]
     # Without import the update is on time (the lookup stream's own CTI is 0): 50 ends at 20 s.
     assert module["limits_by_reading"](own) == [([50], 1, 19), ([60], 20, 40)]
+    # The lookup stream as versions (a row for 50 from 0 s, a late row for 60 from 20 s) gives
+    # the same output, CTIs included: the row for 60 closes 50 at 20 s, or at the CTI (30 s)
+    # when late, and ADJUST starts 60 there.
+    assert module["run"](app, import_ctis=True, versions=True) == imported
+    assert module["run"](app, import_ctis=False, versions=True) == own
 
 
 def test_adapter_factories_pull_push_and_output_adapters(spark, capsys):

@@ -109,7 +109,12 @@ from ctistream.engine.events import (
     interval,
     point,
 )
-from ctistream.engine.settings import AdvanceTimePolicy, AdvanceTimeSettings, EventOrderingSettings
+from ctistream.engine.settings import (
+    AdvanceTimePolicy,
+    AdvanceTimeSettings,
+    EventOrderingSettings,
+    Versions,
+)
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks, saturating_sub
 
 from .ordering import Decision, Ordering
@@ -421,6 +426,8 @@ class Binding:
     settings: AdvanceTimeSettings | None
     columns: tuple[str, ...]
     ordering: EventOrderingSettings | None = None
+    #: the input's rows (points) are versions of keys, made edges by ingress (§1, Versions)
+    versions: Versions | None = None
 
 
 @dataclass
@@ -532,6 +539,8 @@ class _Partition:
     max_start: int | None = None  # largest original start of the counted events
     period: int | None = None  # floor(max_start / T) for time-span generation
     open_edges: list[_OpenEdge] = field(default_factory=list)
+    #: versioned inputs: per key, its open version (a START edge made from a version row)
+    versions: dict[tuple, _OpenEdge] = field(default_factory=dict)
     ended: bool = False
 
 
@@ -555,6 +564,8 @@ class _Ingress:
         self.cti = MIN_TIME  # the input's CTI: min over partitions
         self.rows: list[_Row] = []
         self.counts = dict.fromkeys(COUNT_NAMES, 0)
+        if binding.versions is not None:
+            self.counts["deletes_ignored"] = 0
         self.importers: list[_Ingress] = []
         self.over = ordering.over if ordering is not None else None  # the substream column K
         self.keyed: dict[Any, int] = {}  # per key k: the last keyed CTI value emitted
@@ -608,6 +619,9 @@ class _Ingress:
         assert event is not None and event.kind is EventKind.INSERT
         self.counts["events_in"] += 1
         payload = self._payload(event, part, item)
+        if self.binding.versions is not None:
+            self._on_version(part, item, event, payload, pos)
+            return
         if event.edge is EdgeType.END:
             self._on_end_edge(part, item, event, payload, pos)
             return  # END edges are never counted for generation
@@ -720,6 +734,62 @@ class _Ingress:
         # May be empty (end == adjusted start == c): it still closes the START edge; no operator
         # and no consumer releases anything for it.
         self._emit(pos, Event(EventKind.INSERT, match.adjusted_start, end, payload, EdgeType.END))
+
+    def _on_version(
+        self,
+        part: _Partition,
+        item: SourceItem,
+        event: Event,
+        payload: dict[str, Any],
+        pos: Position,
+    ) -> None:
+        """A row of a versioned input (§1, docs/decisions.md "Versions"), a point at ``t``: it
+        closes its key's open version in this partition (an END edge at ``t``, or at the CTI
+        ``c`` when ``t < c``: §3.4, counted as adjusted; the END edge of a dropped version is
+        dropped and counted), then, unless it is a delete, opens the key's new version as a
+        START edge at ``t`` under the §3 rules (generation counts it; DROP / ADJUST / error when
+        ``t < c``). A delete of a key with no open version changes nothing (``deletes_ignored``);
+        a row before its key's open version's original time is malformed."""
+        versions = self.binding.versions
+        assert versions is not None
+        key = tuple(payload[k] for k in versions.key)
+        deleted = versions.deleted is not None and bool(payload[versions.deleted])
+        t, c = event.start, part.cti
+        if t < c and self.policy is None:
+            raise CtiViolationError(
+                self.name, part.name, item.offset, event.describe(), format_ticks(c)
+            )
+        before = part.versions.pop(key, None)
+        if before is not None and t < before.start:
+            what = "delete" if deleted else "version"
+            raise MalformedRecordError(
+                f"{what} on input {self.name!r} (partition {part.name!r}, offset "
+                f"{item.offset}) for key {dict(zip(versions.key, key, strict=True))} is at "
+                f"{format_ticks(t)}, before the key's open version (valid from "
+                f"{format_ticks(before.start)}); expected each key's versions in valid-from "
+                "order within a partition. Fix: send a key's versions in the order they became "
+                "valid (a correction of the past is a new version from now on)"
+            )
+        if before is None:
+            self.counts["deletes_ignored"] += deleted
+        elif before.adjusted_start is None:  # the version it closes was dropped
+            self.counts["dropped"] += 1
+        else:
+            self.counts["adjusted"] += t < c
+            end = max(t, c)
+            self._emit(
+                pos,
+                Event(EventKind.INSERT, before.adjusted_start, end, before.payload, EdgeType.END),
+            )
+        if deleted:
+            return  # a delete is an END edge: never counted for generation
+        start: int | None = t
+        if t < c:
+            start = self._violation(part, item, edge_start(t, payload), c)
+        if start is not None:
+            self._emit(pos, Event(EventKind.INSERT, start, MAX_TIME, payload, EdgeType.START))
+        part.versions[key] = _OpenEdge(t, payload, start)
+        self._generate(part, t, pos)
 
     def _generate(self, part: _Partition, start: int, pos: Position) -> None:
         gen = self.generation
