@@ -1143,11 +1143,21 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
     emitted_keyed: dict[tuple[str, Any], int] = {}  # per (K, k): the latest keyed output CTI
     out: list[_Row] = []
 
+    lowest = -(-(MIN_TIME + 1) // hop) * hop  # the smallest grid start above -inf
+
+    def exists(ws: int) -> bool:
+        """A window lies between finite moments (docs/decisions.md): ``-inf < ws`` and
+        ``ws + size < +inf``; the grid's windows beyond do not exist."""
+        return ws > MIN_TIME and ws + size < MAX_TIME
+
     def pulled(c: int) -> int:
         if c in (MIN_TIME, MAX_TIME):
             return c
-        first_open = ((c - size) // hop) * hop + hop  # smallest ws on the grid with ws+size > c
-        return first_open + size if node.point_at_end else first_open
+        ws = ((c - size) // hop) * hop + hop  # smallest ws on the grid with ws+size > c
+        ws = max(ws, lowest)
+        if not exists(ws):  # no window is open: none can have a result after c
+            return c
+        return ws + size if node.point_at_end else ws
 
     def through(group: dict[str, Any]) -> int:
         """The input CTI through which the windows of ``group`` (its key columns) are complete:
@@ -1164,7 +1174,8 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
                 continue
             # grid starts ws with ws < m.end and ws + size > m.start, not completed before
             ws = ((m.start - size) // hop) * hop + hop
-            while ws < m.end:
+            ws = max(ws, lowest)
+            while ws < m.end and exists(ws):
                 we = ws + size
                 done = we <= c if c != MAX_TIME else ws <= latest
                 if we > last and done:
