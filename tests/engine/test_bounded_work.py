@@ -406,6 +406,42 @@ def test_a_start_edge_that_lands_at_inf_is_dropped_and_never_held_while_empty_on
     )
 
 
+def test_a_start_fn_that_overflows_int64_is_refused_naming_the_operator(app):
+    # alter_event_lifetime(s -> s + 10**18, 5). point 0 -> [10**18, 10**18 + 5); CTI 10 ->
+    # 10**18 + 10 releases it. point MAX - 10**17: s + 10**18 is beyond int64 (about 9.2e18):
+    # Spark's bigint arithmetic in the user's expression cannot saturate, so the run fails with
+    # an OverflowError naming the operator and the fix, in the reference and in Spark (1 epoch,
+    # one per item: the epochs before the point deliver what the reference does before it).
+    # Today: Spark's ARITHMETIC_OVERFLOW, and the reference saturates.
+    script = EventScript()
+    script.insert("a", point(0, {"k": 1, "v": 1}))
+    script.cti("a", 10)
+    script.insert("a", point(MAX_TIME - 10**17, {"k": 1, "v": 2}))
+    inputs = {"a": (EventShape.POINT, EXPLICIT)}
+    plan = AlterEventLifetime(Input("a"), lambda t: t + 10**18, 5)
+    with pytest.raises(OverflowError, match=r"alter_event_lifetime\(start_fn, duration=5 ticks\)"):
+        run_reference(script, [Binding("a", EXPLICIT, COLUMNS)], plan, EventShape.INTERVAL)
+    for epochs in (1, [1, 2]):
+        sink = f"overflow{epochs!r}"
+        stream = Stream.create(
+            "a", MemoryInputFactory(), MemoryInputConfig(script=script, schema=SCHEMA), *inputs["a"]
+        )
+        query = stream.alter_event_lifetime(lambda s: s + F.lit(10**18), 5).to_query(
+            app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.INTERVAL
+        )
+        try:
+            with pytest.raises(OverflowError) as failed:
+                query.run(epochs=epochs)
+        finally:
+            app.queries.pop(sink, None)
+        message = str(failed.value)
+        assert message.startswith("alter_event_lifetime(start_fn, duration=5 ticks): start_fn ")
+        assert f"between 0 and {MAX_TIME - 10**17} ticks" in message or epochs != 1, message
+        assert "Fix: " in message, message
+        before = [interval(10**18, 10**18 + 5, {"k": 1, "v": 1}), cti(10**18 + 10)]
+        assert MemoryOutputFactory.collected(sink) == (before if epochs != 1 else [])
+
+
 # -- windows at the ends of the timeline -------------------------------------------------------
 # A window lies between finite moments: -inf < ws and ws + size < +inf (docs/decisions.md,
 # "Windows"); the grid's windows beyond do not exist, so events there count in no window, and a

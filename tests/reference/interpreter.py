@@ -810,9 +810,20 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) 
     if isinstance(node, ToPoint):
         return _lifetime(_evaluate(node.child, inputs, dropped), lambda t: t, 1, dropped)
     if isinstance(node, AlterEventLifetime):
-        return _lifetime(
-            _evaluate(node.child, inputs, dropped), node.start_fn, node.duration, dropped
-        )
+        fn, duration = node.start_fn, node.duration
+
+        def checked(t: int) -> int:
+            """start_fn's value, refused outside int64 (docs/decisions.md: Spark's bigint
+            arithmetic cannot saturate a user's expression)."""
+            v = fn(t)
+            if not MIN_TIME <= v <= MAX_TIME:
+                raise OverflowError(
+                    f"alter_event_lifetime(start_fn, duration={duration} ticks): start_fn({t}) "
+                    f"= {v} is outside int64"
+                )
+            return v
+
+        return _lifetime(_evaluate(node.child, inputs, dropped), checked, duration, dropped)
     if isinstance(node, Window):
         return _window(node, _evaluate(node.child, inputs, dropped))
     if isinstance(node, Join):
