@@ -6,9 +6,14 @@ then one result per non-empty window and group is emitted: the window's lifetime
 ClipToWindowEnd, the default) or a point at the window end (PointAlignToWindowEnd, Flink's "time
 that closed the window"). Empty windows produce nothing.
 
+A window lies between finite moments, ``-inf < ws`` and ``ws + size < +inf`` (§1: ±inf are the
+ends of int64); the grid's windows beyond do not exist (docs/decisions.md), and the grid is
+computed in bigint without overflow (:meth:`WindowSpec.first_sql`).
+
 CTI rule (§5; the seeds: "Hopping windows pull back CTIs within a window to the beginning of the
 window"): an input CTI ``c`` becomes the start of the earliest window still open, the smallest grid
-start ``ws`` with ``ws + size > c``; for point results, that window's end ``ws + size``.
+start ``ws`` with ``ws + size > c``; for point results, that window's end ``ws + size``; ``c``
+itself when no window is open.
 
 One epoch is one Spark plan: the events of the epoch join the held ones (END edges close their
 START edges by a ranked join); each event is exploded into the windows it overlaps among those

@@ -1137,6 +1137,11 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
     the window that contains ``latest``, never in windows without end. A finite CTI ``c``
     completes only windows with ``ws < ws + size <= c <= latest``: the bound never cuts them.
 
+    A window lies between finite moments, ``-inf < ws`` and ``ws + size < +inf`` (§1;
+    docs/decisions.md): the grid's windows beyond do not exist, so an event there counts in no
+    window, and the pulled CTI is the earliest open window that exists, or ``c`` itself when
+    none is open.
+
     Per-key CTIs (module docstring, rule 4): a keyed row ``(K, k, c)`` with ``K`` not among the
     window's keys is dropped. Otherwise a group is complete through ``max(last, last_k)`` (the
     latest global input CTI, and the latest keyed input CTI of its value ``k`` of ``K``); a keyed
