@@ -8,6 +8,7 @@ from datetime import timedelta
 from ctistream.adapters.memory import EventScript
 from ctistream.engine import (
     MAX_TIME,
+    MIN_TIME,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
@@ -33,6 +34,9 @@ double_values = st.one_of(
     st.floats(-1e20, 1e20, allow_nan=False, allow_infinity=False),
 )
 NAMES = ("a", "b", "c")
+#: where a case's times start with ``cases(extremes=True)``: 0, just above -inf, or
+#: low enough below +inf that an event (at most 40 + 15 ticks later) ends before it
+EXTREMES = (0, MIN_TIME + 1, MAX_TIME - 80)
 
 
 @dataclass(frozen=True)
@@ -83,11 +87,14 @@ def cases(
     min_inputs: int = 1,
     doubles: bool = False,
     forever: bool = False,
+    extremes: bool = False,
 ) -> Case:
     """Scripts of 1 .. ``max_inputs`` inputs; payloads ``k`` (0 .. 2) and ``v`` (0 .. 3, or with
     ``doubles`` a double from :data:`double_values`); with ``forever``, an INTERVAL input's
     intervals sometimes end at +inf (semantics §5's bounded work: windows count them up to the
-    latest finite moment seen)."""
+    latest finite moment seen); with ``extremes``, every time of a case is sometimes moved to
+    just above -inf or just below +inf (§1: legal input; windows and shifts there, §5)."""
+    base = draw(st.sampled_from(EXTREMES)) if extremes else 0
     n_inputs = draw(st.integers(min_inputs, max_inputs))
     names = NAMES[:n_inputs]
     shapes = {
@@ -110,7 +117,7 @@ def cases(
         part = draw(st.sampled_from(parts[name]))
         v = draw(double_values) if doubles else draw(st.integers(0, 3))
         payload = {"k": draw(st.integers(0, 2)), "v": v}
-        t = draw(st.integers(0, 40))
+        t = base + draw(st.integers(0, 40))
         action = draw(st.sampled_from(["event", "event", "event", "cti", "close", "end"]))
         shape = shapes[name]
         opened = open_edges.setdefault((name, part), [])

@@ -48,6 +48,7 @@ from ctistream.engine.rows import (
     sql_names,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
+from pyspark.errors import ArithmeticException
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -127,7 +128,12 @@ def alter_lifetime(
         .drop("__prev")
     )
     last = ctis.select(F.max(CTI).alias("c"), F.lit(0).cast("long").alias("d"))
-    rows = (last if found is None else last.unionByName(found)).collect()  # one small job
+    try:  # one small job; it reads start_fn of every start and CTI of the epoch
+        rows = (last if found is None else last.unionByName(found)).collect()
+    except ArithmeticException as e:
+        if start_fn is None:
+            raise
+        raise _overflow(flow, duration) from e
     new_state = LifetimeState(
         max(state.emitted, max((r["c"] for r in rows if r["c"] is not None), default=MIN_TIME)),
         held=held,
@@ -143,6 +149,31 @@ def alter_lifetime(
     keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
     new_state.key_seen = checkpoint(seen)
     return replace(out, keyed=cache.keep(keyed), key=flow.key), new_state
+
+
+def _overflow(flow: Flow, duration: int | None) -> OverflowError:
+    """The error for a ``start_fn`` whose value leaves int64 (Spark's bigint arithmetic raises
+    there: a user's expression cannot be made to saturate, so it is refused, naming the
+    operator and the epoch's starts and CTIs; docs/decisions.md)."""
+    seen = (
+        flow.events.select(F.col(START).alias("t"))
+        .unionByName(flow.ctis.select(F.col(CTI).alias("t")))
+        .filter(~F.col("t").isin(MIN_TIME, MAX_TIME))
+        .agg(F.min("t").alias("lo"), F.max("t").alias("hi"))
+        .first()
+    )
+    span = (
+        f" between {seen['lo']} and {seen['hi']} ticks" if seen and seen["lo"] is not None else ""
+    )
+    return OverflowError(
+        f"alter_event_lifetime(start_fn, duration={duration} ticks): start_fn overflowed bigint "
+        f"for a start or CTI{span} (Spark's ARITHMETIC_OVERFLOW); expected start_fn to map every "
+        f"time to int64 ticks [{MIN_TIME}, {MAX_TIME}] (semantics §1; +inf is the largest). "
+        "Fix: keep start_fn's arithmetic within bigint, e.g. "
+        "F.when(s > F.lit(MAX_TIME - d), F.lit(MAX_TIME)).otherwise(s + d) for s + d (an event "
+        "whose start lands at +inf is dropped and counted, semantics §5), or use "
+        "shift_event_time(d), which saturates"
+    )
 
 
 def _settled(

@@ -6,9 +6,14 @@ then one result per non-empty window and group is emitted: the window's lifetime
 ClipToWindowEnd, the default) or a point at the window end (PointAlignToWindowEnd, Flink's "time
 that closed the window"). Empty windows produce nothing.
 
+A window lies between finite moments, ``-inf < ws`` and ``ws + size < +inf`` (§1: ±inf are the
+ends of int64); the grid's windows beyond do not exist (docs/decisions.md), and the grid is
+computed in bigint without overflow (:meth:`WindowSpec.first_sql`).
+
 CTI rule (§5; the seeds: "Hopping windows pull back CTIs within a window to the beginning of the
 window"): an input CTI ``c`` becomes the start of the earliest window still open, the smallest grid
-start ``ws`` with ``ws + size > c``; for point results, that window's end ``ws + size``.
+start ``ws`` with ``ws + size > c``; for point results, that window's end ``ws + size``; ``c``
+itself when no window is open.
 
 One epoch is one Spark plan: the events of the epoch join the held ones (END edges close their
 START edges by a ranked join); each event is exploded into the windows it overlaps among those
@@ -121,19 +126,47 @@ class WindowSpec:
     aggregates: tuple[tuple[str, Column], ...]
     point_at_end: bool = False
 
+    @property
+    def first_ws(self) -> int:
+        """The first window start on the grid: the smallest ``ws > -inf`` (docs/decisions.md: a
+        window lies between finite moments, ``-inf < ws`` and ``ws + size < +inf``)."""
+        return -((-(MIN_TIME + 1)) // self.hop) * self.hop
+
+    @property
+    def last_ws(self) -> int:
+        """The last window start on the grid: the largest with ``ws + size < +inf``."""
+        return ((MAX_TIME - 1 - self.size) // self.hop) * self.hop
+
+    def first_open(self, c: int) -> int | None:
+        """The start of the earliest window still open at input CTI ``c``: the smallest grid
+        start ``ws`` with ``ws + size > c``; None when no window is open (every window ends at
+        or before ``c``)."""
+        ws = max(self.first_ws, ((c - self.size) // self.hop) * self.hop + self.hop)
+        return ws if ws <= self.last_ws else None
+
     def pulled(self, c: int) -> int:
-        """The output CTI for input CTI ``c``."""
-        if c in (MIN_TIME, MAX_TIME):
+        """The output CTI for input CTI ``c``: the start (end, for points) of the earliest open
+        window; ``c`` itself when no window is open (none can have a result after it)."""
+        ws = self.first_open(c) if c not in (MIN_TIME, MAX_TIME) else None
+        if ws is None:
             return c
-        first_open = ((c - self.size) // self.hop) * self.hop + self.hop
-        return first_open + self.size if self.point_at_end else first_open
+        return ws + self.size if self.point_at_end else ws
+
+    def first_sql(self, t: str) -> str:
+        """SQL: the smallest grid start ``ws`` with ``ws + size > t`` (``t`` a bigint SQL
+        expression) and ``ws >= first_ws``, NULL when above :attr:`last_ws`. Worked in bigint
+        without overflow for every ``t``: ``x = max(t, first_ws + size - 1) - size + 1`` lies
+        in ``[first_ws, +inf - size + 1]``, and the grid start at or above it is only computed
+        when ``x <= last_ws``."""
+        x = f"(greatest({t}, {self.first_ws + self.size - 1}) - {self.size - 1})"
+        up = f"{x} + pmod({self.hop} - pmod({x}, {self.hop}), {self.hop})"
+        return f"(CASE WHEN {x} <= {self.last_ws} THEN {up} END)"
 
     def pulled_sql(self, c: str) -> str:
         """:meth:`pulled` of column ``c``, as SQL text."""
-        x = f"({c} - {self.size})"
-        first_open = f"{x} - pmod({x}, {self.hop}) + {self.hop}"
-        value = f"{first_open} + {self.size}" if self.point_at_end else first_open
-        return f"CASE WHEN {c} IN ({MIN_TIME}, {MAX_TIME}) THEN {c} ELSE {value} END"
+        ws = self.first_sql(c)
+        value = f"{ws} + {self.size}" if self.point_at_end else ws
+        return f"CASE WHEN {c} IN ({MIN_TIME}, {MAX_TIME}) THEN {c} ELSE coalesce({value}, {c}) END"
 
 
 @dataclass
@@ -241,25 +274,29 @@ def window_aggregate(
     # partial aggregates, an event whose end is known and finite goes into every window it
     # overlaps that is still open (ws + size > lo) at once; one that ends at +inf (an open edge,
     # an interval to +inf) only into the windows completing now, and stays held.
+    # Bigint without overflow near +-inf (§1; docs/decisions.md: windows lie between finite
+    # moments): first from WindowSpec.first_sql, the ends kept below +inf by last_ws.
     size, hop = spec.size, spec.hop
     lo, hi = str(state.last), str(c_last)
     if keyed is not None:
         lo, hi = f"greatest({lo}, __lk)", f"greatest({hi}, __hk)"
     if c_last == MAX_TIME:
         finite_c = stats["f"] if stats["f"] is not None else state.last
-        bound = str(max(latest, finite_c))
-    else:
-        bound = f"CASE WHEN {hi} > {lo} THEN {hi} - {size} END"
-    lower = f"CASE WHEN {lo} = {MIN_TIME} THEN {START} - {size} + 1 "
-    lower += f"ELSE greatest({START} - {size} + 1, {lo} - {size} + 1) END"
-    first = f"(({lower}) + pmod(-({lower}), {hop}))"  # the first grid start >= lower
+        bound = str(min(max(latest, finite_c), spec.last_ws))
+        completes = f"{hi} > {lo}"
+    else:  # windows end at or before hi: none while hi < first_ws + size
+        enough = f"{hi} >= {spec.first_ws + size}"
+        bound = f"CASE WHEN {enough} THEN least({hi} - {size}, {spec.last_ws}) END"
+        completes = f"{hi} > {lo} AND {enough}"
+    first = spec.first_sql(f"greatest({START}, {lo})")
+    end_ws = f"least(greatest({END}, {MIN_TIME + 1}) - 1, {spec.last_ws})"
     opened = f"({_OPEN} OR {END} = {MAX_TIME})" if flow.unbounded else _OPEN
     if merging:
-        last_ws = f"CASE WHEN {opened} THEN least({END} - 1, {bound}) ELSE {END} - 1 END"
-        live = f"{END} > {START} AND (NOT {opened} OR {hi} > {lo}) AND {first} <= {last_ws}"
+        last_ws = f"CASE WHEN {opened} THEN least({end_ws}, {bound}) ELSE {end_ws} END"
+        live = f"{END} > {START} AND (NOT {opened} OR ({completes})) AND {first} <= {last_ws}"
     else:
-        last_ws = f"least({END} - 1, {bound})"
-        live = f"{END} > {START} AND {hi} > {lo} AND {first} <= {last_ws}"
+        last_ws = f"least({end_ws}, {bound})"
+        live = f"{END} > {START} AND {completes} AND {first} <= {last_ws}"
     ctis = cache.keep(flow.ctis)
     partials = None
     if not events_too:  # the scan (or a join of sides without edges) counted the events
@@ -295,12 +332,12 @@ def window_aggregate(
         .filter(f"{CTI} > __prev")
         .drop("__prev")
     )
-    open_start = pulled - size if spec.point_at_end and pulled != MIN_TIME else pulled
     held = None
     if c_last != MAX_TIME and (flow.edges or flow.unbounded or not merging):
         # kept as partial aggregates, only the events that end at +inf (START edges still
-        # open); else every event that may overlap an open window
-        keep = opened if merging else f"{END} > {open_start}"
+        # open); else every event that may overlap an open window (none when none is open)
+        open_start = spec.first_open(c_last) if c_last != MIN_TIME else MIN_TIME
+        keep = opened if merging else f"{END} > {open_start}" if open_start is not None else "false"
         held = hold(events.filter(keep).selectExpr(START, END, POS, _OPEN, *cols))
     new_state = WindowState(
         held, partials, merging, c_last, latest, max(state.emitted, pulled), key_last, exact
@@ -813,21 +850,16 @@ def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> A
     import pyarrow.compute as pc
 
     size, hop = pushed.size, pushed.hop
-    if len(start) and (
-        int(start.min()) - size + 1 <= MIN_TIME or int(start.max()) - size + hop > MAX_TIME
-    ):  # Spark's window arithmetic raises there (ANSI); numpy's would wrap
-        raise ArithmeticError(
-            f"window over {pushed.input}: an event starts at {int(start.min())} .. "
-            f"{int(start.max())} ticks, so close to an end of the time range that the bounds of "
-            f"its windows (size {size}, hop {hop} ticks) overflow bigint (Spark's window "
-            "arithmetic raises ARITHMETIC_OVERFLOW there); expected event times at least a "
-            "window away from +-2**63. Fix: give the events times within the calendar "
-            "(ctistream.engine.temporal.to_ticks)"
-        )
-    lower = start - size + 1
-    first = lower + np.mod(-lower, hop)  # the first grid start >= lower
-    last = end - 1
-    many = np.where((end > start) & (first <= last), (last - first) // hop + 1, 0)
+    # as WindowSpec.first_sql: in int64 without overflow near +-inf (windows lie between finite
+    # moments, docs/decisions.md)
+    spec = WindowSpec(size, hop, (), ())
+    x = np.maximum(start, spec.first_ws + size - 1) - (size - 1)
+    inside = x <= spec.last_ws
+    x = np.where(inside, x, spec.first_ws)
+    first = x + np.mod(hop - np.mod(x, hop), hop)  # the first grid start >= x
+    last = np.minimum(np.maximum(end, MIN_TIME + 1) - 1, spec.last_ws)
+    counts = (np.maximum(last, first) - first) // hop + 1  # (no wrap where first > last)
+    many = np.where(inside & (end > start) & (first <= last), counts, 0)
     if len(many) and many.min() == 1 and many.max() == 1:  # e.g. points in tumbling windows
         ws, rows = first, None
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
@@ -86,16 +87,17 @@ def _agree(
     shape: EventShape,
     expected: list[Event],
     dropped: list[int] | None = None,
+    cuts: list[int] | None = None,
 ) -> None:
-    """The reference and Spark (1 epoch, one epoch per item) give ``expected``; with
-    ``dropped``, the lifetime operators' drop counts, children first."""
+    """The reference and Spark (1 epoch, and one epoch per item or cut at ``cuts``) give
+    ``expected``; with ``dropped``, the lifetime operators' drop counts, children first."""
     bindings = [Binding(n, st, COLUMNS) for n, (_, st) in inputs.items()]
     reference = run_reference(script, bindings, plan, shape)
     assert reference.output == expected, "reference"
     if dropped is not None:
         assert reference.lifetime_dropped == dropped, "reference"
     items = sum(len(script.items(n, p)) for n in inputs for p in script.partitions(n))
-    for epochs in (1, list(range(1, items))):  # one epoch, and one per item
+    for epochs in (1, cuts or list(range(1, items))):  # one epoch, and one per item
         output, operators = _spark(app, script, inputs, build, shape, epochs)
         assert output == expected, f"epochs={epochs}"
         if dropped is not None:
@@ -401,6 +403,175 @@ def test_a_start_edge_that_lands_at_inf_is_dropped_and_never_held_while_empty_on
         EventShape.INTERVAL,
         expected,
         dropped=[1],
+    )
+
+
+def test_a_start_fn_that_overflows_int64_is_refused_naming_the_operator(app):
+    # alter_event_lifetime(s -> s + 10**18, 5). point 0 -> [10**18, 10**18 + 5); CTI 10 ->
+    # 10**18 + 10 releases it. point MAX - 10**17: s + 10**18 is beyond int64 (about 9.2e18):
+    # Spark's bigint arithmetic in the user's expression cannot saturate, so the run fails with
+    # an OverflowError naming the operator and the fix, in the reference and in Spark (1 epoch,
+    # one per item: the epochs before the point deliver what the reference does before it).
+    # Today: Spark's ARITHMETIC_OVERFLOW, and the reference saturates.
+    script = EventScript()
+    script.insert("a", point(0, {"k": 1, "v": 1}))
+    script.cti("a", 10)
+    script.insert("a", point(MAX_TIME - 10**17, {"k": 1, "v": 2}))
+    inputs = {"a": (EventShape.POINT, EXPLICIT)}
+    plan = AlterEventLifetime(Input("a"), lambda t: t + 10**18, 5)
+    with pytest.raises(OverflowError, match=r"alter_event_lifetime\(start_fn, duration=5 ticks\)"):
+        run_reference(script, [Binding("a", EXPLICIT, COLUMNS)], plan, EventShape.INTERVAL)
+    for epochs in (1, [1, 2]):
+        sink = f"overflow{epochs!r}"
+        stream = Stream.create(
+            "a", MemoryInputFactory(), MemoryInputConfig(script=script, schema=SCHEMA), *inputs["a"]
+        )
+        query = stream.alter_event_lifetime(lambda s: s + F.lit(10**18), 5).to_query(
+            app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.INTERVAL
+        )
+        try:
+            with pytest.raises(OverflowError) as failed:
+                query.run(epochs=epochs)
+        finally:
+            app.queries.pop(sink, None)
+        message = str(failed.value)
+        assert message.startswith("alter_event_lifetime(start_fn, duration=5 ticks): start_fn ")
+        assert f"between 0 and {MAX_TIME - 10**17} ticks" in message or epochs != 1, message
+        assert "Fix: " in message, message
+        before = [interval(10**18, 10**18 + 5, {"k": 1, "v": 1}), cti(10**18 + 10)]
+        assert MemoryOutputFactory.collected(sink) == (before if epochs != 1 else [])
+
+
+# -- windows at the ends of the timeline -------------------------------------------------------
+# A window lies between finite moments: -inf < ws and ws + size < +inf (docs/decisions.md,
+# "Windows"); the grid's windows beyond do not exist, so events there count in no window, and a
+# CTI after which no window is open passes as it is. MIN = -2**63 is 2 mod 10 and 2 mod 5;
+# MAX = 2**63 - 1 is 7 mod 10 and 2 mod 5.
+
+
+def _near_ends_script(shape: EventShape) -> EventScript:
+    """CTI -inf (ignored), CTI MIN+1, points at MIN+1 .. MIN+9, CTI MIN+20, points at MAX-18 ..
+    MAX-1, CTI MAX-7 (the stop adds +inf); ``k``, ``v`` as in the tests' comments."""
+    script = EventScript()
+
+    def at(t: int, k: int, v: int) -> None:
+        payload = {"k": k, "v": v}
+        script.insert(
+            "a", point(t, payload) if shape is EventShape.POINT else interval(t, t + 1, payload)
+        )
+
+    script.cti("a", MIN_TIME)
+    script.cti("a", MIN_TIME + 1)
+    for t, k, v in (
+        (MIN_TIME + 1, 1, 1),
+        (MIN_TIME + 8, 1, 2),
+        (MIN_TIME + 9, 2, 3),
+    ):
+        at(t, k, v)
+    script.cti("a", MIN_TIME + 20)
+    for t, k, v in ((MAX_TIME - 18, 1, 4), (MAX_TIME - 17, 1, 5), (MAX_TIME - 8, 2, 6)):
+        at(t, k, v)
+    for t, k, v in ((MAX_TIME - 7, 1, 7), (MAX_TIME - 1, 2, 8)):
+        at(t, k, v)
+    script.cti("a", MAX_TIME - 7)
+    return script
+
+
+#: how the window gets its events: partial aggregates from a POINT input's scan (PushedWindow),
+#: partial aggregates in Spark (an INTERVAL input: no push), or the events kept (an aggregate
+#: that does not merge: count_distinct)
+PATHS = {
+    "pushed": (EventShape.POINT, lambda: F.count("*"), len),
+    "partials": (EventShape.INTERVAL, lambda: F.count("*"), len),
+    "events": (
+        EventShape.INTERVAL,
+        lambda: F.count_distinct("v"),
+        lambda rows: len({r["v"] for r in rows}),
+    ),
+}
+
+
+#: epochs of the scripts near the ends: after CTI MIN+1, after CTI MIN+20, before CTI MAX-7
+CUTS = [2, 6, 11]
+
+
+def _sum_v(rows: list[dict]) -> int:
+    return sum(r["v"] for r in rows)
+
+
+@pytest.mark.parametrize("path", ["pushed", "events"])
+def test_a_grouped_tumbling_window_near_both_ends_of_the_timeline(app, path):
+    # tumbling 10 per k, n = count, s = sum(v). Grid starts: MIN+8 is the first above -inf (the
+    # grid start MIN-2 is below it); [MAX-17, MAX-7) is the last window ending below +inf.
+    # CTI MIN+1: the earliest open window would start at MIN-2, below -inf: the first that
+    # exists is MIN+8: output CTI MIN+8 (today: MIN-2 in the reference, an overflow in Spark).
+    # point MIN+1 (k1 v1) lies in [MIN-2, MIN+8) only: no window, not counted.
+    # MIN+8 (k1 v2), MIN+9 (k2 v3): [MIN+8, MIN+18). CTI MIN+20 completes it; output CTI MIN+18.
+    # MAX-18 (k1 v4): [MAX-27, MAX-17). MAX-17 (k1 v5), MAX-8 (k2 v6): [MAX-17, MAX-7).
+    # MAX-7 (k1 v7), MAX-1 (k2 v8): [MAX-7, MAX+3) does not exist: not counted.
+    # CTI MAX-7 completes [MAX-27, MAX-17) and [MAX-17, MAX-7); no window is open after it:
+    # output CTI MAX-7 itself. The stop's +inf (L = MAX-1) completes nothing more.
+    shape, count, n = PATHS[path]
+    expected = [
+        cti(MIN_TIME + 8),
+        _w(MIN_TIME + 8, 10, k=1, n=1, s=2),
+        _w(MIN_TIME + 8, 10, k=2, n=1, s=3),
+        cti(MIN_TIME + 18),
+        _w(MAX_TIME - 27, 10, k=1, n=1, s=4),
+        _w(MAX_TIME - 17, 10, k=1, n=1, s=5),
+        _w(MAX_TIME - 17, 10, k=2, n=1, s=6),
+        cti(MAX_TIME - 7),
+        INF,
+    ]
+    _agree(
+        app,
+        _near_ends_script(shape),
+        {"a": (shape, EXPLICIT)},
+        Window(Input("a"), 10, 10, ("k",), (("n", n), ("s", _sum_v))),
+        lambda s: s["a"].tumbling_window(10).group_by("k").aggregate(n=count(), s=F.sum("v")),
+        EventShape.INTERVAL,
+        expected,
+        cuts=CUTS,
+    )
+
+
+@pytest.mark.parametrize("path", ["pushed", "partials"])
+def test_a_grouped_hopping_window_near_both_ends_of_the_timeline(app, path):
+    # size 10, hop 5 per k. Grid starts: ... MIN-7, MIN-2 (below -inf), MIN+3 (the first),
+    # MIN+8, ...; ... MAX-17, MAX-12 (the last: [MAX-12, MAX-2)), MAX-7 (would end at MAX+3).
+    # CTI MIN+1: the earliest open window would be MIN-7: output CTI MIN+3, the first start.
+    # point MIN+1: in MIN-7 and MIN-2 only: not counted. MIN+8 (k1 v2), MIN+9 (k2 v3):
+    # MIN+3 and MIN+8. CTI MIN+20 completes ws <= MIN+10: MIN+3, MIN+8; output CTI MIN+13.
+    # MAX-18 (k1 v4): MAX-27, MAX-22. MAX-17 (k1 v5): MAX-22, MAX-17. MAX-8 (k2 v6): MAX-17,
+    # MAX-12. MAX-7 (k1 v7): MAX-12 (MAX-7 does not exist). MAX-1 (k2 v8): MAX-7, MAX-2: none.
+    # CTI MAX-7 completes ws <= MAX-17: MAX-27 k1 {v4}; MAX-22 k1 {v4, v5}; MAX-17 k1 {v5} and
+    # k2 {v6}; output CTI MAX-12. The stop's +inf (L = MAX-1) completes MAX-12: k1 {v7}, k2 {v6}.
+    shape, count, n = PATHS[path]
+    expected = [
+        cti(MIN_TIME + 3),
+        _w(MIN_TIME + 3, 10, k=1, n=1, s=2),
+        _w(MIN_TIME + 3, 10, k=2, n=1, s=3),
+        _w(MIN_TIME + 8, 10, k=1, n=1, s=2),
+        _w(MIN_TIME + 8, 10, k=2, n=1, s=3),
+        cti(MIN_TIME + 13),
+        _w(MAX_TIME - 27, 10, k=1, n=1, s=4),
+        _w(MAX_TIME - 22, 10, k=1, n=2, s=9),
+        _w(MAX_TIME - 17, 10, k=1, n=1, s=5),
+        _w(MAX_TIME - 17, 10, k=2, n=1, s=6),
+        cti(MAX_TIME - 12),
+        _w(MAX_TIME - 12, 10, k=1, n=1, s=7),
+        _w(MAX_TIME - 12, 10, k=2, n=1, s=6),
+        INF,
+    ]
+    _agree(
+        app,
+        _near_ends_script(shape),
+        {"a": (shape, EXPLICIT)},
+        Window(Input("a"), 10, 5, ("k",), (("n", n), ("s", _sum_v))),
+        lambda s: s["a"].hopping_window(10, 5).group_by("k").aggregate(n=count(), s=F.sum("v")),
+        EventShape.INTERVAL,
+        expected,
+        cuts=CUTS,
     )
 
 

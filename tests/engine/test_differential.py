@@ -151,7 +151,7 @@ UNARY = {
     ),
 }
 #: lifetime chains only: times 0..40 moved next to +-inf, where some starts cross and are
-#: dropped and ends saturate (§5; windows there would need grid arithmetic past int64)
+#: dropped and ends saturate (§5; windows near +-inf: cases(extremes=True) below)
 NEAR_LIMITS = {
     **UNARY,
     "shift-to-max": (
@@ -193,7 +193,7 @@ GRIDS = [(10, 10), (10, 5), (6, 4), (4, 6)]  # (size, hop): tumbling, hopping, g
 
 @given(
     data=st.data(),
-    case=cases(max_inputs=2, max_items=20, forever=True),
+    case=cases(max_inputs=2, max_items=20, forever=True, extremes=True),
     shape=SHAPES,
     grid=st.sampled_from(GRIDS),
     keyed=st.booleans(),

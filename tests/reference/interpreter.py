@@ -880,9 +880,20 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) 
     if isinstance(node, ToPoint):
         return _lifetime(_evaluate(node.child, inputs, dropped), lambda t: t, 1, dropped)
     if isinstance(node, AlterEventLifetime):
-        return _lifetime(
-            _evaluate(node.child, inputs, dropped), node.start_fn, node.duration, dropped
-        )
+        fn, duration = node.start_fn, node.duration
+
+        def checked(t: int) -> int:
+            """start_fn's value, refused outside int64 (docs/decisions.md: Spark's bigint
+            arithmetic cannot saturate a user's expression)."""
+            v = fn(t)
+            if not MIN_TIME <= v <= MAX_TIME:
+                raise OverflowError(
+                    f"alter_event_lifetime(start_fn, duration={duration} ticks): start_fn({t}) "
+                    f"= {v} is outside int64"
+                )
+            return v
+
+        return _lifetime(_evaluate(node.child, inputs, dropped), checked, duration, dropped)
     if isinstance(node, Window):
         return _window(node, _evaluate(node.child, inputs, dropped))
     if isinstance(node, Join):
@@ -1196,6 +1207,11 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
     the window that contains ``latest``, never in windows without end. A finite CTI ``c``
     completes only windows with ``ws < ws + size <= c <= latest``: the bound never cuts them.
 
+    A window lies between finite moments, ``-inf < ws`` and ``ws + size < +inf`` (§1;
+    docs/decisions.md): the grid's windows beyond do not exist, so an event there counts in no
+    window, and the pulled CTI is the earliest open window that exists, or ``c`` itself when
+    none is open.
+
     Per-key CTIs (module docstring, rule 4): a keyed row ``(K, k, c)`` with ``K`` not among the
     window's keys is dropped. Otherwise a group is complete through ``max(last, last_k)`` (the
     latest global input CTI, and the latest keyed input CTI of its value ``k`` of ``K``); a keyed
@@ -1213,11 +1229,21 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
     emitted_keyed: dict[tuple[str, Any], int] = {}  # per (K, k): the latest keyed output CTI
     out: list[_Row] = []
 
+    lowest = -(-(MIN_TIME + 1) // hop) * hop  # the smallest grid start above -inf
+
+    def exists(ws: int) -> bool:
+        """A window lies between finite moments (docs/decisions.md): ``-inf < ws`` and
+        ``ws + size < +inf``; the grid's windows beyond do not exist."""
+        return ws > MIN_TIME and ws + size < MAX_TIME
+
     def pulled(c: int) -> int:
         if c in (MIN_TIME, MAX_TIME):
             return c
-        first_open = ((c - size) // hop) * hop + hop  # smallest ws on the grid with ws+size > c
-        return first_open + size if node.point_at_end else first_open
+        ws = ((c - size) // hop) * hop + hop  # smallest ws on the grid with ws+size > c
+        ws = max(ws, lowest)
+        if not exists(ws):  # no window is open: none can have a result after c
+            return c
+        return ws + size if node.point_at_end else ws
 
     def through(group: dict[str, Any]) -> int:
         """The input CTI through which the windows of ``group`` (its key columns) are complete:
@@ -1234,7 +1260,8 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
                 continue
             # grid starts ws with ws < m.end and ws + size > m.start, not completed before
             ws = ((m.start - size) // hop) * hop + hop
-            while ws < m.end:
+            ws = max(ws, lowest)
+            while ws < m.end and exists(ws):
                 we = ws + size
                 done = we <= c if c != MAX_TIME else ws <= latest
                 if we > last and done:
