@@ -245,7 +245,9 @@ def _payload_frame(spark: SparkSession, node: Node, memo: dict[int, DataFrame]) 
     if isinstance(node, InputNode):
         ddl = node.schema
         if ddl is None and node.factory is not None:
-            ddl = node.factory.create(node.config, node.shape).payload_schema()
+            adapter = node.factory.create(node.config, node.shape)
+            adapter.bound_as(node.name)
+            ddl = adapter.payload_schema()
         if ddl is None:
             raise QueryBuildError(
                 f"input {node.name!r}: its adapter declares no payload schema and the binding "

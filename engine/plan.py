@@ -37,10 +37,38 @@ _creation = itertools.count()
 
 
 def _text(column: Column | str) -> str:
-    """A Column as its expression reads (``(v > 1)``), without PySpark's ``Column<'...'>``."""
-    shown = str(column)
-    found = re.fullmatch(r"Column<'(.*)'>", shown, re.S)
-    return found.group(1) if found else shown
+    """A Column as its expression reads, operators between their operands (``(v > 1)``; Spark
+    4 prints an unresolved ``v > 1`` as ``>(v, 1)``). Reads the Column's unresolved expression
+    only (no Spark work); what it does not know (a Spark Connect Column, say) shows as PySpark
+    prints it."""
+    if isinstance(column, str):
+        return column
+    try:
+        return _node_text(column._jc.node())  # type: ignore[attr-defined]
+    except Exception:  # not a classic Column, or Spark's internals moved
+        shown = str(column)
+        found = re.fullmatch(r"Column<'(.*)'>", shown, re.S)
+        return found.group(1) if found else shown
+
+
+_INFIX = {"and": "AND", "or": "OR"}
+
+
+def _node_text(node: Any) -> str:
+    kind = node.getClass().getSimpleName()
+    if kind == "UnresolvedFunction":
+        name = str(node.functionName())
+        args = node.arguments()
+        shown = [_node_text(args.apply(i)) for i in range(args.length())]
+        symbol = name in _INFIX or not name.replace("_", "").isalnum()
+        if symbol and len(shown) == 2:
+            return f"({shown[0]} {_INFIX.get(name, name)} {shown[1]})"
+        if symbol and len(shown) == 1:
+            return f"{name}{shown[0]}"
+        return f"{name}({', '.join(shown)})"
+    if kind == "Alias" and node.name().length() == 1:
+        return f"{_node_text(node.child())} AS {node.name().apply(0)}"
+    return str(node.sql())
 
 
 def _span(ticks: int) -> str:
