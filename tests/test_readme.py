@@ -50,3 +50,18 @@ def test_every_python_block_of_the_readme_runs_and_prints_what_it_shows(
             assert printed == shown, (number, printed)
     assert (tmp_path / "timeline.png").stat().st_size > 0
     assert (tmp_path / "timeline.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_the_project_documents_point_only_inside_the_repository():
+    root = README.parent
+    documents = [README, *sorted(root.glob("docs/*.md")), *sorted(root.glob("benchmarks/*.md"))]
+    assert root / "docs" / "semantics.md" in documents
+    for document in documents:
+        text = document.read_text()
+        assert "../shared" not in text and "shared/spec" not in text, document
+        for target in re.findall(r"\]\(([^)#\s]+)", text):  # Markdown links
+            if "://" in target:
+                continue
+            path = (document.parent / target).resolve()
+            assert path.is_relative_to(root) and path.exists(), (document, target)
+    assert "](docs/semantics.md)" in README.read_text()
