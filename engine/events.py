@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from ctistream.engine._model import Choice
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks, iso_time, to_ticks
 
 __all__ = [
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 
-class EventShape(StrEnum):
+class EventShape(Choice):
     """The shape an adapter produces or a consumer asks for."""
 
     POINT = "POINT"
@@ -38,14 +38,14 @@ class EventShape(StrEnum):
     EDGE = "EDGE"
 
 
-class EdgeType(StrEnum):
+class EdgeType(Choice):
     """Which half of an edge event a row is."""
 
     START = "START"
     END = "END"
 
 
-class EventKind(StrEnum):
+class EventKind(Choice):
     """An INSERT carries a payload; a CTI is a punctuation that commits the timeline before it."""
 
     INSERT = "INSERT"
