@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from os import PathLike
@@ -101,7 +102,9 @@ class Query:
             self._runtime.output.close()  # it failed: it starts again on its checkpoint
         self._streamer = Streamer(
             self._runtime,
-            None if checkpoint is None else str(checkpoint),
+            # relative to this process's directory: Spark's JVM, which writes the state
+            # snapshots, resolves a relative path against the directory it started in
+            None if checkpoint is None else os.path.abspath(checkpoint),
             checkpoint_every,
             max_offsets_per_epoch,
             None if idle_timeout is None else idle_timeout.total_seconds(),
