@@ -48,6 +48,9 @@ def test_every_python_block_of_the_readme_runs_and_prints_what_it_shows(
             assert printed.endswith(shown.removeprefix("...\n")), (number, printed)
         else:
             assert printed == shown, (number, printed)
+    # what the README writes lands where it runs, Spark's state snapshots included
+    assert any((tmp_path / "checkpoints" / "sensors" / "state").iterdir())
+    assert not (README.parent / "checkpoints").exists()
     assert (tmp_path / "timeline.png").stat().st_size > 0
     assert (tmp_path / "timeline.html").read_text().startswith("<!DOCTYPE html>")
 
