@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, get_args
 
+from ctistream.engine._model import Model
 from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError, core_schema
 
@@ -29,7 +30,7 @@ MASK = "**********"
 _SECRET_TYPES = (SecretStr, SecretBytes)
 
 
-class SecretConfig(BaseModel):
+class SecretConfig(Model):
     """A frozen config without extra fields whose validation errors hold no secret (driver).
 
     Subclasses type their secret fields :class:`~pydantic.SecretStr` (which prints masked) and

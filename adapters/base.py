@@ -56,9 +56,9 @@ import copy
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
+from ctistream.engine._model import Choice
 from ctistream.engine.errors import MalformedRecordError
 from ctistream.engine.events import Event, EventShape
 
@@ -81,7 +81,7 @@ ConfigT = TypeVar("ConfigT")
 BATCH_ROWS = 8192
 
 
-class ItemKind(StrEnum):
+class ItemKind(Choice):
     """What a :class:`SourceItem` is."""
 
     #: An INSERT event: point, interval, START edge or END edge.

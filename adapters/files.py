@@ -96,13 +96,14 @@ from ctistream.adapters.base import (
     OutputAdapterFactory,
     SourceItem,
 )
+from ctistream.engine._model import Model
 from ctistream.engine.checkpoint import DamagedFile, read_checked, write_checked
 from ctistream.engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import Event, EventKind, EventShape, cti
 from ctistream.engine.schema import infer_payload_schema
 from ctistream.engine.settings import AdapterAdvanceTimeSettings
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 __all__ = [
     "INFER_ROWS",
@@ -354,7 +355,7 @@ def _rows(
 # ---------------------------------------------------------------------------------------------
 
 
-class FileInputConfig(BaseModel):
+class FileInputConfig(Model):
     """Where and how to read an input from files (see the module docstring for the formats).
 
     ``schema`` (alias of the field ``schema_``) is the payload as Spark DDL; by default inferred.
@@ -1012,7 +1013,7 @@ class FileInputFactory(InputAdapterFactory[FileInputConfig]):
 _BASE_COLUMNS = ("kind", "start", "end", "edge")
 
 
-class FileOutputConfig(BaseModel):
+class FileOutputConfig(Model):
     """Where to append a query's output.
 
     ``columns`` fixes the payload columns of a CSV file, in order. Without it a new CSV file's

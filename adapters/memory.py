@@ -28,10 +28,11 @@ from ctistream.adapters.base import (
     OutputAdapterFactory,
     SourceItem,
 )
+from ctistream.engine._model import Model
 from ctistream.engine.events import Event, EventKind, EventShape, cti
 from ctistream.engine.schema import infer_payload_schema
 from ctistream.engine.temporal import format_ticks, to_ticks
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 __all__ = [
     "EventScript",
@@ -159,7 +160,7 @@ class EventScript:
         ]
 
 
-class MemoryInputConfig(BaseModel):
+class MemoryInputConfig(Model):
     """Configuration of a scripted input.
 
     ``stream`` picks the script's input; by default the name the stream is bound under.
@@ -239,7 +240,7 @@ class MemoryInputFactory(InputAdapterFactory[MemoryInputConfig]):
         return MemoryInputAdapter(config, shape)
 
 
-class MemoryOutputConfig(BaseModel):
+class MemoryOutputConfig(Model):
     """Configuration of a collecting sink: output is kept in-process under ``name``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -100,10 +100,10 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 
 from ctistream.adapters.base import InputAdapter, InputAdapterFactory, ItemKind, SourceItem
+from ctistream.engine._model import Choice
 from ctistream.engine.errors import EngineError
 from ctistream.engine.events import Event, EventKind, EventShape, cti
 
@@ -123,7 +123,7 @@ ConfigT = TypeVar("ConfigT")
 PARTITION = "0"
 
 
-class EnqueueResult(StrEnum):
+class EnqueueResult(Choice):
     """What :meth:`PushInputAdapter.enqueue` did (StreamInsight's ``EnqueueOperationResult``)."""
 
     #: The item was taken.
@@ -133,7 +133,7 @@ class EnqueueResult(StrEnum):
     FULL = "FULL"
 
 
-class AdapterState(StrEnum):
+class AdapterState(Choice):
     """The life cycle of a push adapter (StreamInsight's ``AdapterState``)."""
 
     #: Made, not started yet.
@@ -148,7 +148,7 @@ class AdapterState(StrEnum):
     STOPPED = "STOPPED"
 
 
-class ArrivalStamp(StrEnum):
+class ArrivalStamp(Choice):
     """How a push source stamps arrival (semantics §4)."""
 
     #: The enqueue sequence number: deterministic, like the memory adapters' counter.

@@ -31,7 +31,6 @@ from typing import Any
 
 from ctistream.bindings.query import Query
 from ctistream.engine.errors import CtiViolationError, MalformedRecordError
-from ctistream.engine.temporal import MAX_TIME, MIN_TIME, to_datetime
 from ctistream.engine.trace import Trace
 
 __all__ = ["TargetError", "load_query", "main"]
@@ -137,24 +136,9 @@ def _import(name: str) -> Any:
         ) from None
 
 
-def _time(t: Any) -> str:
-    if not isinstance(t, int) or isinstance(t, bool):
-        return str(t)
-    if t >= MAX_TIME:
-        return "+inf"
-    if t <= MIN_TIME:
-        return "-inf"
-    try:
-        return to_datetime(t).isoformat().replace("+00:00", "Z")
-    except (OverflowError, ValueError):
-        return str(t)
-
-
 def _cell(key: str, value: Any) -> str:
     if value is None:
         return "-"
-    if key in ("cti", "watermark"):
-        return _time(value)
     if isinstance(value, dict):  # counts by reason: the non-zero ones
         nonzero = [f"{k}={v}" for k, v in value.items() if v]
         return " ".join(nonzero) or "0"
@@ -168,7 +152,8 @@ def _table(title: str, rows: dict[Any, dict[str, Any]]) -> str:
         return f"{title}: none"
     keys: list[str] = []
     for m in rows.values():
-        keys += [k for k, v in m.items() if k not in keys and k != "keys"]
+        # times show in ISO (``cti``); their ``*_ticks`` twins would only widen the table
+        keys += [k for k in m if k not in keys and k != "keys" and not k.endswith("_ticks")]
     cells = [[title, *keys]] + [
         [str(name), *(_cell(k, m.get(k)) for k in keys)] for name, m in rows.items()
     ]

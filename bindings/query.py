@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from os import PathLike
@@ -9,6 +10,7 @@ from typing import Any
 
 from ctistream.engine.runtime import Runtime
 from ctistream.engine.streaming import Streamer
+from ctistream.engine.temporal import iso_time
 from ctistream.engine.timeline import Timeline
 from ctistream.engine.trace import Trace
 
@@ -25,6 +27,14 @@ class Query:
         self._runtime = runtime
         self._trace: Trace | None = None
         self._streamer: Streamer | None = None
+
+    def __repr__(self) -> str:
+        rt = self._runtime
+        inputs = ", ".join(f"{b.spec.name!r} ({b.node.shape})" for b in rt.inputs)
+        output = f"{type(rt.output).__name__} ({rt.output_shape})"
+        state = "running" if self._streamer is not None and not self._streamer.stopped else "idle"
+        cti = iso_time(rt.output_cti())
+        return f"<Query {self.name!r}: {inputs} -> {output}; output CTI {cti}; {state}>"
 
     def run(
         self,
@@ -92,7 +102,9 @@ class Query:
             self._runtime.output.close()  # it failed: it starts again on its checkpoint
         self._streamer = Streamer(
             self._runtime,
-            None if checkpoint is None else str(checkpoint),
+            # relative to this process's directory: Spark's JVM, which writes the state
+            # snapshots, resolves a relative path against the directory it started in
+            None if checkpoint is None else os.path.abspath(checkpoint),
             checkpoint_every,
             max_offsets_per_epoch,
             None if idle_timeout is None else idle_timeout.total_seconds(),
@@ -158,13 +170,15 @@ class Query:
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Per input: events in, CTIs explicit / generated / imported / ignored, dropped,
         adjusted (and ``dropped_by_reason`` / ``adjusted_by_reason``: cti-violation, early, late,
-        out-of-order, no-event-time), the input's current CTI (ticks), ``watermark_delay`` and,
-        for an input with substreams (``EventOrderingSettings(over=...)``), ``keys``: the same
-        per key with its watermark."""
+        out-of-order, no-event-time), the input's current CTI (``cti``: ISO time, ``-inf`` or
+        ``+inf``; ``cti_ticks``: the same in ticks), ``watermark_delay`` and, for an input with
+        substreams (``EventOrderingSettings(over=...)``), ``keys``: the same per key with its
+        ``watermark`` (and ``watermark_ticks``). Semantics §8."""
         return self._runtime.metrics()
 
     def operator_metrics(self) -> dict[str, dict[str, Any]]:
-        """Per stateful operator: the rows of state it holds and the last CTI it emitted; for a
+        """Per stateful operator: the rows of state it holds and the last CTI it emitted
+        (``cti`` in ISO, ``cti_ticks`` in ticks); for a
         lifetime operator also ``dropped``, the events whose start landed at ``±inf`` (§5)."""
         return self._runtime.operator_metrics()
 

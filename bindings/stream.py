@@ -10,8 +10,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ctistream.adapters.base import InputAdapterFactory, OutputAdapterFactory
+from ctistream.engine._spark import parse_schema
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.events import EventShape
+from ctistream.engine.operators.join import output_columns
 from ctistream.engine.operators.window import WindowOutput
 from ctistream.engine.plan import (
     AntiJoinNode,
@@ -25,10 +27,11 @@ from ctistream.engine.plan import (
     UnionNode,
     WhereNode,
     WindowNode,
+    walk,
 )
 from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings, Versions
 from ctistream.engine.temporal import to_duration_ticks
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -231,6 +234,48 @@ def _call(name: str, *args: Any, **kwargs: Any) -> str:
     return f"{name}({', '.join(shown)})"
 
 
+def _payload_frame(spark: SparkSession, node: Node, memo: dict[int, DataFrame]) -> DataFrame:
+    """An empty DataFrame of ``node``'s payload: each operator's payload rule applied to its
+    inputs' (Spark analysis only, no job)."""
+    done = memo.get(id(node))
+    if done is not None:
+        return done
+    inputs = [_payload_frame(spark, child, memo) for child in node.children()]
+    frame: DataFrame
+    if isinstance(node, InputNode):
+        ddl = node.schema
+        if ddl is None and node.factory is not None:
+            adapter = node.factory.create(node.config, node.shape)
+            adapter.bound_as(node.name)
+            ddl = adapter.payload_schema()
+        if ddl is None:
+            raise QueryBuildError(
+                f"input {node.name!r}: its adapter declares no payload schema and the binding "
+                "gives none. Fix: pass schema= to Stream.create"
+            )
+        frame = spark.createDataFrame([], parse_schema(ddl))
+    elif isinstance(node, WhereNode):
+        frame = inputs[0].where(node.condition)
+    elif isinstance(node, SelectNode):
+        frame = inputs[0].select(*node.columns)
+    elif isinstance(node, JoinNode):
+        left, right = inputs
+        names = output_columns(left.columns, right.columns)[len(left.columns) :]
+        renamed = [F.col(f"`{c}`").alias(n) for c, n in zip(right.columns, names, strict=True)]
+        frame = left.crossJoin(right.select(*renamed))
+    elif isinstance(node, WindowNode | SnapshotNode):
+        aggregates = [col.alias(name) for name, col in node.aggregates]
+        frame = inputs[0].groupBy(*node.keys).agg(*aggregates)
+    elif isinstance(node, UnionNode):  # by name, as engine.operators.basic.union
+        frame = inputs[0]
+        for other in inputs[1:]:
+            frame = frame.unionByName(other)
+    else:  # anti-join (the left side's payload), lifetime, merge
+        frame = inputs[0]
+    memo[id(node)] = frame
+    return frame
+
+
 if TYPE_CHECKING:
     from ctistream.bindings.application import Application
     from ctistream.bindings.query import Query
@@ -263,6 +308,49 @@ class Stream:
     @property
     def node(self) -> Node:
         return self._node
+
+    def __repr__(self) -> str:
+        inputs = ", ".join(repr(n.name) for n in walk(self._node) if isinstance(n, InputNode))
+        key = "" if self._key is None else f", substream key {self._key.column!r}"
+        return f"<Stream {self._node.label()}; inputs {inputs}{key}>"
+
+    def explain(self) -> str:
+        """The logical plan as text, this stream's operator first and each input below the
+        operator that reads it (indented): per line the operator and its arguments, its
+        substream key (semantics §7; ``-``: one timeline) and how it moves CTIs (§5)::
+
+            union of 2  key -  CTI: the oldest of the inputs' latest CTIs (§5)
+              where (v > 1)  key -  CTI: the input's, unchanged (§5)
+                input 'sensors' (POINT)  key -  CTI: the input's own: ...
+
+        Building it does no Spark work."""
+        lines: list[str] = []
+
+        def show(stream: Stream, depth: int) -> None:
+            node, key = stream._node, stream.substream_key
+            shown = "-" if key is None else repr(key)
+            lines.append(f"{'  ' * depth}{node.label()}  key {shown}  CTI: {node.cti_rule}")
+            for source in stream._sources:
+                show(source, depth + 1)
+
+        show(self, 0)
+        return "\n".join(lines)
+
+    @property
+    def schema(self) -> StructType:
+        """The payload's columns and types, as Spark would make them (a ``StructType``;
+        ``.simpleString()`` reads as DDL). Worked out on the driver by Spark's analyser over
+        empty frames: no job runs. A bound input's payload is its ``schema=`` or what its
+        adapter declares (the adapter is made for it, as when the query is created); a template
+        input's is its declared schema. Needs a SparkSession: make the
+        :class:`~bindings.Application` first."""
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise RuntimeError(
+                "Stream.schema needs a SparkSession to work out the payload's types; there is "
+                "none. Fix: create the Application (app = Application(...)) first"
+            )
+        return _payload_frame(spark, self._node, {}).schema
 
     @property
     def substream_key(self) -> str | None:

@@ -4,10 +4,39 @@ Every public name is importable from here::
 
     from ctistream import Application, Stream, point, AdvanceTimeSettings, ...
 
-and the subpackages hold the rest: ``ctistream.engine`` (time, events, settings, errors),
-``ctistream.adapters`` (the adapter contracts and the built-in adapters:
-``ctistream.adapters.memory``, ``.files``, ``.kafka``, ``.eventhubs``) and
-``ctistream.bindings`` (``Application``, ``Stream``, ``Query``, the query-binder model).
+The temporal contract is ``docs/semantics.md`` in the repository; docstrings cite it by section
+("semantics §5"). The main names, by topic:
+
+Build and run a query
+    Application (owns the SparkSession and the queries), Stream (``Stream.create`` binds an
+    input; ``where``, ``select``, ``union``, ``join``, ``anti_join``, windows, ``to_query``;
+    ``explain()`` and ``schema`` show the plan and the payload), Query (``run``, ``start`` /
+    ``stop``, ``metrics``, ``timeline``), WindowOutput.
+
+Query templates (bind one query to many adapters)
+    QueryTemplate, QueryBinder, ``Stream.input``, ``Application.create_query``.
+
+Time and events (semantics §1-§2)
+    point, interval, edge_start, edge_end, cti, Event, EventKind, EventShape, EdgeType; TICK,
+    MIN_TIME (-inf), MAX_TIME (+inf). Times are aware ``datetime`` values or int ticks (µs).
+
+How inputs get their CTIs (semantics §3, §7)
+    AdvanceTimeGenerationSettings, AdvanceTimeImportSettings, AdvanceTimePolicy,
+    AdvanceTimeSettings, AdapterAdvanceTimeSettings; EventOrderingSettings, OrderingAction.
+
+Writing adapters
+    InputAdapter, InputAdapterFactory, OutputAdapter, OutputAdapterFactory, SourceItem,
+    ItemKind; PushInputAdapter, PushInputAdapterFactory, PushInputSource,
+    EnqueueResult, AdapterState, ArrivalStamp. Built in: ``ctistream.adapters.memory``
+    (scripts and a collecting sink), ``.files``, ``.kafka``, ``.eventhubs``, ``.push``.
+
+Errors and warnings
+    QueryBuildError, CtiViolationError, MalformedRecordError, CheckpointDamageError,
+    QueryStoppedError, PushAdapterError, HeldEventsWarning.
+
+The subpackages hold the rest: ``ctistream.engine`` (time, events, settings, errors, the
+runtime), ``ctistream.adapters`` (the adapter contracts and the built-in adapters) and
+``ctistream.bindings`` (the query-building API and the ``ctistream`` command).
 """
 
 from ctistream.adapters import (

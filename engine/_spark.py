@@ -71,6 +71,9 @@ def default_session(app_name: str, master: str | None = None) -> SparkSession:
         builder = builder.master(master)
     builder = (
         builder.config("spark.ui.enabled", "false")
+        # Spark's console progress bar ("[Stage 3:> (0 + 2) / 2]") would write over what the
+        # application prints
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", os.environ.get("CTISTREAM_SHUFFLE_PARTITIONS", "2"))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")

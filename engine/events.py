@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks, to_ticks
+from ctistream.engine._model import Choice
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks, iso_time, to_ticks
 
 __all__ = [
     "EdgeType",
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 
-class EventShape(StrEnum):
+class EventShape(Choice):
     """The shape an adapter produces or a consumer asks for."""
 
     POINT = "POINT"
@@ -38,14 +38,14 @@ class EventShape(StrEnum):
     EDGE = "EDGE"
 
 
-class EdgeType(StrEnum):
+class EdgeType(Choice):
     """Which half of an edge event a row is."""
 
     START = "START"
     END = "END"
 
 
-class EventKind(StrEnum):
+class EventKind(Choice):
     """An INSERT carries a payload; a CTI is a punctuation that commits the timeline before it."""
 
     INSERT = "INSERT"
@@ -88,15 +88,18 @@ class Event:
         )
 
     def __repr__(self) -> str:
+        """The constructor call that makes this event, with ISO times (``start``/``end`` hold
+        the ticks): ``point(2026-01-01T00:00:05+00:00, {'v': 1})``, ``cti(+inf)``."""
+        payload = dict(self.payload)
         if self.kind is EventKind.CTI:
-            return f"cti({self.start})"
+            return f"cti({iso_time(self.start)})"
         if self.edge is EdgeType.START:
-            return f"edge_start({self.start}, {dict(self.payload)})"
+            return f"edge_start({iso_time(self.start)}, {payload})"
         if self.edge is EdgeType.END:
-            return f"edge_end({self.start}, {self.end}, {dict(self.payload)})"
+            return f"edge_end({iso_time(self.start)}, {iso_time(self.end)}, {payload})"
         if self.end == self.start + 1:
-            return f"point({self.start}, {dict(self.payload)})"
-        return f"interval({self.start}, {self.end}, {dict(self.payload)})"
+            return f"point({iso_time(self.start)}, {payload})"
+        return f"interval({iso_time(self.start)}, {iso_time(self.end)}, {payload})"
 
     @property
     def is_cti(self) -> bool:
@@ -112,10 +115,14 @@ class Event:
         return EventShape.POINT if self.end == self.start + 1 else EventShape.INTERVAL
 
     def describe(self) -> str:
-        """A readable description for error messages."""
-        times = f"start {format_ticks(self.start)}"
+        """A readable description for error messages: the repr and the times in ticks."""
+
+        def ticks(t: int) -> str:
+            return f"{t} ticks" if MIN_TIME < t < MAX_TIME else iso_time(t)
+
+        times = f"start {ticks(self.start)}"
         if self.edge is EdgeType.END or (self.edge is None and self.kind is EventKind.INSERT):
-            times += f", end {format_ticks(self.end)}"
+            times += f", end {ticks(self.end)}"
         return f"{self!r} ({times})"
 
 

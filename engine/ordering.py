@@ -51,7 +51,7 @@ from ctistream.engine.rows import (
     saturating_sub,
 )
 from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings, OrderingAction
-from ctistream.engine.temporal import MAX_TIME, MIN_TIME, to_ticks
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, iso_time, to_ticks
 from ctistream.engine.temporal import saturating_sub as minus
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -390,13 +390,15 @@ def complete_metrics(
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """Finish one input's metrics (§8): ``m`` holds §3's counts (``dropped``/``adjusted`` are CTI
-    violations there, ``events_in`` the events that reached §3) and the input's ``cti``.
+    violations there, ``events_in`` the events that reached §3) and the input's ``cti_ticks``,
+    which is shown beside it as ``cti`` (ISO time, ``-inf``, ``+inf``).
 
     Adds ``dropped_by_reason`` / ``adjusted_by_reason`` (totals become their sums: ``adjusted``
     counts adjustments, so an event moved by the late and the out-of-order rule counts twice),
     ``watermark_delay`` and, with ``over``, ``keys``: per key its ``events_in``, counts by reason
     (§7's reasons; CTI violations are counted per input only), ``watermark`` (the smallest of
-    its partitions' watermarks) and ``watermark_delay``. Reading the keys runs a Spark job.
+    its partitions' watermarks, ISO; ``watermark_ticks`` in ticks) and ``watermark_delay``.
+    Reading the keys runs a Spark job.
     """
     counts = state.counts if state is not None else Counter()
     dropped = {"cti-violation": m.get("dropped", 0)}
@@ -407,7 +409,9 @@ def complete_metrics(
     m["events_in"] = m.get("events_in", 0) + sum(dropped.values()) - dropped["cti-violation"]
     m["dropped"], m["adjusted"] = sum(dropped.values()), sum(adjusted.values())
     m["dropped_by_reason"], m["adjusted_by_reason"] = dropped, adjusted
-    m["watermark_delay"] = watermark_delay(m.get("cti", MIN_TIME), now)
+    cti = m.pop("cti_ticks", MIN_TIME)
+    m["cti"], m["cti_ticks"] = iso_time(cti), cti
+    m["watermark_delay"] = watermark_delay(cti, now)
     if ordering is None or ordering.over is None or state is None:
         return m
     keys: dict[Any, dict[str, Any]] = {}
@@ -432,7 +436,8 @@ def complete_metrics(
                     if what.startswith("adjusted:")
                     for x in [what.removeprefix("adjusted:")]
                 },
-                "watermark": w,
+                "watermark": None if w is None else iso_time(w),
+                "watermark_ticks": w,
                 "watermark_delay": None if w is None else watermark_delay(w, now),
             }
     m["keys"] = keys

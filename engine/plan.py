@@ -1,11 +1,17 @@
-"""The logical plan a :class:`bindings.Stream` builds: plain values, no Spark work."""
+"""The logical plan a :class:`bindings.Stream` builds: plain values, no Spark work.
+
+Each node kind states, once, how its operator moves CTIs (:attr:`Node.cti_rule`, semantics §5)
+and names itself (:meth:`Node.label`): what ``Stream.explain()`` shows.
+"""
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from datetime import timedelta
+from typing import Any, ClassVar
 
 from ctistream.engine.events import EventShape
 from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings, Versions
@@ -30,12 +36,64 @@ __all__ = [
 _creation = itertools.count()
 
 
+def _text(column: Column | str) -> str:
+    """A Column as its expression reads, operators between their operands (``(v > 1)``; Spark
+    4 prints an unresolved ``v > 1`` as ``>(v, 1)``). Reads the Column's unresolved expression
+    only (no Spark work); what it does not know (a Spark Connect Column, say) shows as PySpark
+    prints it."""
+    if isinstance(column, str):
+        return column
+    try:
+        return _node_text(column._jc.node())  # type: ignore[attr-defined]
+    except Exception:  # not a classic Column, or Spark's internals moved
+        shown = str(column)
+        found = re.fullmatch(r"Column<'(.*)'>", shown, re.S)
+        return found.group(1) if found else shown
+
+
+_INFIX = {"and": "AND", "or": "OR"}
+
+
+def _node_text(node: Any) -> str:
+    kind = node.getClass().getSimpleName()
+    if kind == "UnresolvedFunction":
+        name = str(node.functionName())
+        args = node.arguments()
+        shown = [_node_text(args.apply(i)) for i in range(args.length())]
+        symbol = name in _INFIX or not name.replace("_", "").isalnum()
+        if symbol and len(shown) == 2:
+            return f"({shown[0]} {_INFIX.get(name, name)} {shown[1]})"
+        if symbol and len(shown) == 1:
+            return f"{name}{shown[0]}"
+        return f"{name}({', '.join(shown)})"
+    if kind == "Alias" and node.name().length() == 1:
+        return f"{_node_text(node.child())} AS {node.name().apply(0)}"
+    return str(node.sql())
+
+
+def _span(ticks: int) -> str:
+    """A duration in ticks as ``H:MM:SS[.ffffff]`` (``timedelta``'s form), signed."""
+    return ("-" if ticks < 0 else "") + str(timedelta(microseconds=abs(ticks)))
+
+
+def _aggregates(keys: tuple[str, ...], aggregates: tuple[tuple[str, Column], ...]) -> str:
+    grouped = f" group_by {', '.join(keys)}" if keys else ""
+    return f"{grouped} aggregate {', '.join(f'{n}={_text(c)}' for n, c in aggregates)}"
+
+
 @dataclass(eq=False)
 class Node:
     """Base of plan nodes; identity matters (a node used twice is evaluated once per epoch)."""
 
+    #: How the operator moves CTIs, in one line (semantics §5): its output CTI from its inputs'.
+    cti_rule: ClassVar[str] = ""
+
     def children(self) -> Sequence[Node]:
         return ()
+
+    def label(self) -> str:
+        """The operator and its arguments, in one line (``where (v > 1)``)."""
+        return type(self).__name__.removesuffix("Node").lower()
 
 
 @dataclass(eq=False)
@@ -61,9 +119,16 @@ class InputNode(Node):
     ordering: EventOrderingSettings | None = None
     versions: Versions | None = None
 
+    cti_rule: ClassVar[str] = "the input's own: explicit, generated or imported (§3)"
+
     @property
     def bound(self) -> bool:
         return self.factory is not None
+
+    def label(self) -> str:
+        if self.shape is None:
+            return f"input {self.name!r} (template input: {self.schema})"
+        return f"input {self.name!r} ({self.shape.value})"
 
 
 @dataclass(eq=False)
@@ -71,8 +136,13 @@ class WhereNode(Node):
     child: Node
     condition: Column
 
+    cti_rule: ClassVar[str] = "the input's, unchanged (§5)"
+
     def children(self) -> Sequence[Node]:
         return (self.child,)
+
+    def label(self) -> str:
+        return f"where {_text(self.condition)}"
 
 
 @dataclass(eq=False)
@@ -81,8 +151,13 @@ class MergeNode(Node):
 
     child: Node
 
+    cti_rule: ClassVar[str] = "the input's CTIs that hold for every key; keyed CTIs dropped (§7)"
+
     def children(self) -> Sequence[Node]:
         return (self.child,)
+
+    def label(self) -> str:
+        return "merge_substreams"
 
 
 @dataclass(eq=False)
@@ -90,8 +165,13 @@ class SelectNode(Node):
     child: Node
     columns: tuple[Column | str, ...]
 
+    cti_rule: ClassVar[str] = "the input's, unchanged (§5)"
+
     def children(self) -> Sequence[Node]:
         return (self.child,)
+
+    def label(self) -> str:
+        return f"select {', '.join(_text(c) for c in self.columns)}"
 
 
 @dataclass(eq=False)
@@ -104,8 +184,23 @@ class LifetimeNode(Node):
     start_fn: Callable[[Column], Column] | None = None
     duration: int | None = None
 
+    cti_rule: ClassVar[str] = "moved as an event's start is: start_fn(c + shift) (§5)"
+
     def children(self) -> Sequence[Node]:
         return (self.child,)
+
+    def label(self) -> str:
+        if self.start_fn is None and self.shift == 0 and self.duration == 1:
+            return "to_point"
+        parts = []
+        if self.shift:
+            parts.append(f"shift_event_time {_span(self.shift)}")
+        if self.start_fn is not None:
+            name = getattr(self.start_fn, "__name__", type(self.start_fn).__name__)
+            parts.append(f"alter_event_lifetime {name}, {_span(self.duration or 0)}")
+        elif self.duration is not None:
+            parts.append(f"alter_event_duration {_span(self.duration)}")
+        return ", ".join(parts) or "lifetime (unchanged)"
 
 
 @dataclass(eq=False)
@@ -119,8 +214,18 @@ class WindowNode(Node):
     aggregates: tuple[tuple[str, Column], ...]
     point_at_end: bool = False
 
+    cti_rule: ClassVar[str] = "pulled back to the start of the earliest window still open (§5)"
+
     def children(self) -> Sequence[Node]:
         return (self.child,)
+
+    def label(self) -> str:
+        if self.size == self.hop:
+            window = f"tumbling_window {_span(self.size)}"
+        else:
+            window = f"hopping_window {_span(self.size)} every {_span(self.hop)}"
+        at_end = ", each result a point at its window's end" if self.point_at_end else ""
+        return f"{window}{_aggregates(self.keys, self.aggregates)}{at_end}"
 
 
 @dataclass(eq=False)
@@ -131,8 +236,13 @@ class JoinNode(Node):
     right: Node
     on: tuple[str, ...]
 
+    cti_rule: ClassVar[str] = "the older of the two sides' latest CTIs (§5)"
+
     def children(self) -> Sequence[Node]:
         return (self.left, self.right)
+
+    def label(self) -> str:
+        return f"join on {', '.join(self.on)}"
 
 
 @dataclass(eq=False)
@@ -143,8 +253,13 @@ class AntiJoinNode(Node):
     right: Node
     on: tuple[str, ...]
 
+    cti_rule: ClassVar[str] = JoinNode.cti_rule
+
     def children(self) -> Sequence[Node]:
         return (self.left, self.right)
+
+    def label(self) -> str:
+        return f"anti_join on {', '.join(self.on)}"
 
 
 @dataclass(eq=False)
@@ -155,16 +270,29 @@ class SnapshotNode(Node):
     keys: tuple[str, ...]
     aggregates: tuple[tuple[str, Column], ...]
 
+    cti_rule: ClassVar[str] = (
+        "the start of the snapshot that holds the input's CTI, or that CTI where no event spans it"
+        " (§5)"
+    )
+
     def children(self) -> Sequence[Node]:
         return (self.child,)
+
+    def label(self) -> str:
+        return f"snapshot_window{_aggregates(self.keys, self.aggregates)}"
 
 
 @dataclass(eq=False)
 class UnionNode(Node):
     inputs: tuple[Node, ...]
 
+    cti_rule: ClassVar[str] = "the oldest of the inputs' latest CTIs (§5)"
+
     def children(self) -> Sequence[Node]:
         return self.inputs
+
+    def label(self) -> str:
+        return f"union of {len(self.inputs)}"
 
 
 def walk(root: Node) -> Iterator[Node]:

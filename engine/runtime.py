@@ -90,7 +90,7 @@ from ctistream.engine.rows import (
 )
 from ctistream.engine.schema import check_payload_names, schema_differences
 from ctistream.engine.source import SourceRead, read_input
-from ctistream.engine.temporal import MIN_TIME, format_ticks, to_ticks
+from ctistream.engine.temporal import MIN_TIME, format_ticks, iso_time, to_ticks
 from pyspark import InheritableThread, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -581,7 +581,8 @@ class Runtime:
         )
 
     def metrics(self) -> dict[str, dict[str, Any]]:
-        """Per input: counts by kind (§8) and the current CTI."""
+        """Per input: counts by kind (§8) and the current CTI (``cti``: ISO time, ``-inf`` or
+        ``+inf``; ``cti_ticks``: the same in ticks)."""
         out = {}
         for b in self.inputs:
             st = self._ingress.get(b.spec.index)
@@ -600,7 +601,7 @@ class Runtime:
                 0,
             )
             m.update(st.counts)
-            m["cti"] = st.emitted
+            m["cti_ticks"] = st.emitted
             ordering = self._ordering.get(b.spec.index)
             out[b.spec.name] = complete_metrics(m, b.spec.ordering, ordering)
         return out
@@ -615,10 +616,14 @@ class Runtime:
             log.warning(message, extra={"ctistream": fields})
             warnings.warn(message, HeldEventsWarning, stacklevel=stacklevel + 1)
 
+    def output_cti(self) -> int:
+        """The query's latest output CTI (-inf before the first)."""
+        egress = getattr(self, "_egress", None)
+        return egress.last_cti if egress is not None else MIN_TIME
+
     def watermark_delay(self) -> timedelta | None:
         """Wall clock minus the query's latest output CTI (§8); None while it is -inf / +inf."""
-        egress = getattr(self, "_egress", None)
-        return watermark_delay(egress.last_cti if egress is not None else MIN_TIME)
+        return watermark_delay(self.output_cti())
 
     def operator_metrics(self) -> dict[str, dict[str, Any]]:
         """Per stateful operator (``"<n>:<kind>"`` in plan order): rows of state it holds now,
@@ -641,7 +646,8 @@ class Runtime:
             m = out[f"{i}:{type(node).__name__.removesuffix('Node').lower()}"] = {
                 "state_rows": sum(count_rows(df) for df in kept),
                 "state_partitions": sum(df.rdd.getNumPartitions() for df in kept),
-                "cti": st.emitted,
+                "cti": iso_time(st.emitted),
+                "cti_ticks": st.emitted,
             }
             if isinstance(st, LifetimeState):  # events whose start landed at +-inf (§5)
                 m["dropped"] = st.dropped

@@ -13,11 +13,11 @@ The code that applies the settings lives in :mod:`engine.ingress`.
 from __future__ import annotations
 
 from datetime import timedelta
-from enum import StrEnum
 from typing import Annotated, Any
 
+from ctistream.engine._model import Choice, Model
 from ctistream.engine.temporal import TICK, to_duration_ticks
-from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, field_validator, model_validator
 
 __all__ = [
     "AdapterAdvanceTimeSettings",
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-class AdvanceTimePolicy(StrEnum):
+class AdvanceTimePolicy(Choice):
     """What happens to an event that breaks the CTI in force when it arrives."""
 
     #: The event is dropped.
@@ -52,7 +52,7 @@ _Duration = Annotated[timedelta, BeforeValidator(_ticks_to_timedelta)]
 _FROZEN = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=False)
 
 
-class AdvanceTimeGenerationSettings(BaseModel):
+class AdvanceTimeGenerationSettings(Model):
     """Generate CTIs from the events of an input.
 
     ``frequency``: an ``int`` N makes a CTI after every N-th counted event; a ``timedelta`` T makes
@@ -121,7 +121,7 @@ class AdvanceTimeGenerationSettings(BaseModel):
         return to_duration_ticks(self.delay)
 
 
-class AdvanceTimeImportSettings(BaseModel):
+class AdvanceTimeImportSettings(Model):
     """Import the CTIs of another input of the same query (binding level only)."""
 
     model_config = _FROZEN
@@ -143,7 +143,7 @@ class AdvanceTimeImportSettings(BaseModel):
         return value
 
 
-class AdvanceTimeSettings(BaseModel):
+class AdvanceTimeSettings(Model):
     """Binding-level advance-time settings; they override what the adapter factory declares.
 
     At least one of ``generation`` and ``import_settings`` must be given; both may be.
@@ -196,7 +196,7 @@ class AdvanceTimeSettings(BaseModel):
         return cls(AdvanceTimeGenerationSettings(1, delay, True), None, AdvanceTimePolicy.DROP)
 
 
-class AdapterAdvanceTimeSettings(BaseModel):
+class AdapterAdvanceTimeSettings(Model):
     """What an input adapter factory declares: generation settings and a violation policy."""
 
     model_config = _FROZEN
@@ -221,7 +221,7 @@ class AdapterAdvanceTimeSettings(BaseModel):
         return AdvanceTimeSettings(self.generation, None, self.policy)
 
 
-class OrderingAction(StrEnum):
+class OrderingAction(Choice):
     """What an arrival-time policy does to a late or out-of-order event (semantics §7)."""
 
     #: The event is dropped (and counted by reason).
@@ -242,7 +242,7 @@ def _column_name(value: Any, what: str, example: str) -> Any:
     return value
 
 
-class EventOrderingSettings(BaseModel):
+class EventOrderingSettings(Model):
     """Arrival-time policies of one input, as Azure Stream Analytics' event ordering (§7).
 
     ``event_time``: the payload column holding each event's time ("TIMESTAMP BY"), a timestamp

@@ -14,6 +14,7 @@ __all__ = [
     "MIN_TIME",
     "TICK",
     "format_ticks",
+    "iso_time",
     "saturating_sub",
     "to_datetime",
     "to_duration_ticks",
@@ -87,13 +88,23 @@ def saturating_sub(t: int, d: int) -> int:
     return max(MIN_TIME, min(MAX_TIME, t - d))
 
 
-def format_ticks(ticks: int) -> str:
-    """A readable form for messages: ``-inf``, ``+inf`` or ISO time with the tick count."""
+def iso_time(ticks: int) -> str:
+    """A moment as people read it: ISO 8601 in UTC (``2026-01-01T00:00:05+00:00``), ``-inf`` or
+    ``+inf`` at the ends of the timeline, and the bare tick count for a moment beyond what a
+    ``datetime`` holds (years 1-9999)."""
     if ticks == MIN_TIME:
         return "-inf"
     if ticks == MAX_TIME:
         return "+inf"
     try:
-        return f"{to_datetime(ticks).isoformat()} ({ticks} ticks)"
+        return to_datetime(ticks).isoformat()
     except OverflowError:
-        return f"{ticks} ticks"
+        return str(ticks)
+
+
+def format_ticks(ticks: int) -> str:
+    """A readable form for messages: ``-inf``, ``+inf`` or ISO time with the tick count."""
+    shown = iso_time(ticks)
+    if ticks in (MIN_TIME, MAX_TIME):
+        return shown
+    return f"{ticks} ticks" if shown == str(ticks) else f"{shown} ({ticks} ticks)"

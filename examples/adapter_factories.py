@@ -87,7 +87,9 @@ class MeterLogFactory(InputAdapterFactory[MeterLogConfig]):
     def create(self, config: MeterLogConfig, shape: EventShape) -> InputAdapter:
         return MeterLogAdapter(config)
 
-    def declare_advance_time_properties(self, config, shape):
+    def declare_advance_time_properties(
+        self, config: MeterLogConfig, shape: EventShape
+    ) -> AdapterAdvanceTimeSettings:
         # A CTI after every event, one second behind it; later readings are dropped.
         return AdapterAdvanceTimeSettings(
             AdvanceTimeGenerationSettings(1, timedelta(seconds=1), True), AdvanceTimePolicy.DROP
@@ -127,7 +129,7 @@ class ManualFactory(PushInputAdapterFactory[ManualConfig]):
     def create_adapter(self, config: ManualConfig, shape: EventShape) -> PushInputAdapter:
         return ManualAdapter(config.readings)
 
-    def payload_schema(self, config, shape) -> str:
+    def payload_schema(self, config: ManualConfig, shape: EventShape) -> str:
         return "meter bigint, kwh double"
 
 

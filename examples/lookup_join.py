@@ -60,7 +60,9 @@ def at(seconds: int) -> datetime:
 class DataInputFactory(MemoryInputFactory):
     """The fast stream's adapter handles its own application time: a CTI after every event."""
 
-    def declare_advance_time_properties(self, config, shape):
+    def declare_advance_time_properties(
+        self, config: MemoryInputConfig, shape: EventShape
+    ) -> AdapterAdvanceTimeSettings:
         return AdapterAdvanceTimeSettings(
             AdvanceTimeGenerationSettings(1, timedelta(0), True), AdvanceTimePolicy.DROP
         )

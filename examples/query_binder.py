@@ -98,12 +98,12 @@ def publish(bootstrap: str, topic: str) -> None:
 
 def bind_kafka(tpl: QueryTemplate, bootstrap: str, source: str, sink: str) -> QueryBinder:
     inp = KafkaInputConfig(
-        bootstrap_servers=bootstrap,
+        bootstrap_servers=(bootstrap,),
         topic=source,
         schema="sensor string, celsius double",
         time_field="time",
     )
-    out = KafkaOutputConfig(bootstrap_servers=bootstrap, topic=sink, include_ctis=False)
+    out = KafkaOutputConfig(bootstrap_servers=(bootstrap,), topic=sink, include_ctis=False)
     return (
         QueryBinder(tpl)
         .bind_producer("readings", KafkaInputFactory(), inp, EventShape.POINT, SETTINGS)

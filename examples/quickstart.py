@@ -41,7 +41,9 @@ class SensorInputFactory(MemoryInputFactory):
     """A factory that knows its source: readings are at most 2 s out of order, so it asks for a
     CTI after every 3 readings, 2 s behind the latest one, dropping what comes later still."""
 
-    def declare_advance_time_properties(self, config, shape):
+    def declare_advance_time_properties(
+        self, config: MemoryInputConfig, shape: EventShape
+    ) -> AdapterAdvanceTimeSettings:
         return AdapterAdvanceTimeSettings(
             AdvanceTimeGenerationSettings(3, timedelta(seconds=2), True), AdvanceTimePolicy.DROP
         )

@@ -43,9 +43,9 @@ read) instead of its events, for the aggregates Arrow computes as Spark does (:f
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import Any
 
+from ctistream.engine._model import Choice
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.exact import (
     MOMENTS,
@@ -102,7 +102,7 @@ __all__ = [
 ]
 
 
-class WindowOutput(StrEnum):
+class WindowOutput(Choice):
     """What a window result looks like, and so where the window's CTI lands."""
 
     #: The window's lifetime ``[ws, ws + size)`` (StreamInsight's ClipToWindowEnd). Output CTI:

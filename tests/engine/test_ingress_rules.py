@@ -207,7 +207,9 @@ def test_a_violation_without_policy_fails_and_keeps_everything_before_it(app):
         )
         with pytest.raises(CtiViolationError, match=r"input 'a' \(partition '0', offset 4\)") as e:
             query.run(epochs=epochs)
-        assert "point(3, {'n': 3})" in str(e.value) and "Fix:" in str(e.value)
+        # the event as its repr shows it: times in ISO (3 ticks after the epoch)
+        assert "point(1970-01-01T00:00:00.000003+00:00, {'n': 3})" in str(e.value)
+        assert "Fix:" in str(e.value)
         assert MemoryOutputFactory.collected(sink) == [
             point(1, {"n": 1}),
             cti(5),
@@ -223,7 +225,7 @@ def test_the_input_cti_is_the_minimum_over_its_partitions(app):
     script.insert("a", point(20, {"v": 3}), partition="p1")  # p1 at 20: input at 10
     out, m = run_cut(app, script, {"a": In(settings=gen(1))}, cuts=(1,))
     assert out == [cti(5), point(5, {"v": 2}), cti(10)]
-    assert m["a"]["cti"] == 10
+    assert m["a"]["cti_ticks"] == 10
 
     script.declare("a", "p2")  # a declared partition with nothing holds the input at -inf
     held, _ = run_cut(app, script, {"a": In(settings=gen(1))}, cuts=(1,))

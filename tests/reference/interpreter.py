@@ -1,7 +1,7 @@
 """The reference interpreter: the temporal contract executed item by item, in arrival order.
 
-This is the oracle the Spark engine is tested against (semantics §4: "a pure-Python reference
-interpreter in the test suite defines expected outputs"). It follows ``shared/spec/semantics.md``
+This is the oracle the Spark engine is tested against (semantics §4: the reference interpreter
+gives the expected output). It follows ``docs/semantics.md``
 §1-§6 and ``docs/decisions.md`` literally and is written for reading, not for speed: one loop over
 the merged arrival sequence, one small method per rule. It depends on nothing Spark-related.
 

@@ -415,7 +415,7 @@ def test_a_violation_without_policy_fails_naming_input_partition_offset_event_an
         run_one(script, None)
     err = info.value
     assert (err.input_name, err.partition, err.offset) == ("a", "0", 4)
-    assert "point(25, {'v': 3})" in str(err)
+    assert "point(1970-01-01T00:00:00.000025+00:00, {'v': 3})" in str(err)
     assert "(30 ticks)" in str(err)
     # Everything before it is delivered: CTI 10 releases point 5, CTI 30 releases point 20.
     assert err.partial_result.output == [point(5, v(1)), cti(10), point(20, v(2)), cti(30)]
