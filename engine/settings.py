@@ -335,7 +335,7 @@ class EventOrderingSettings(Model):
         return to_duration_ticks(self.early_arrival_window)
 
 
-class Versions(BaseModel):
+class Versions(Model):
     """A reference input given as versions: the engine makes its START and END edges (§1, §3).
 
     Each row of the input is one version of a key: its ``key`` column(s), the time the version

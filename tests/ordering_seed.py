@@ -1,5 +1,6 @@
 """The illustrated example of Azure Stream Analytics' time handling documentation ("Illustrated
-example of watermarks"), event by event, with what each of its three illustrations does to every event.
+example of watermarks"), event by event, with what each of its three illustrations does to every
+event.
 
 Tolerances (the seed): early arrival window 5 minutes, late arrival window 5 minutes, reorder
 (out-of-order) window 2 minutes; action ADJUST (the seed adjusts, never drops, late and
