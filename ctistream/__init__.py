@@ -22,7 +22,8 @@ Time and events (semantics §1-§2)
 
 How inputs get their CTIs (semantics §3, §7)
     AdvanceTimeGenerationSettings, AdvanceTimeImportSettings, AdvanceTimePolicy,
-    AdvanceTimeSettings, AdapterAdvanceTimeSettings; EventOrderingSettings, OrderingAction.
+    AdvanceTimeSettings, AdapterAdvanceTimeSettings; EventOrderingSettings, OrderingAction;
+    Versions (a reference input given as versions of a key: the engine makes its edges).
 
 Writing adapters
     InputAdapter, InputAdapterFactory, OutputAdapter, OutputAdapterFactory, SourceItem,
