@@ -32,7 +32,12 @@ _creation = itertools.count()
 
 @dataclass(eq=False)
 class Node:
-    """Base of plan nodes; identity matters (a node used twice is evaluated once per epoch)."""
+    """Base of plan nodes; identity matters (a node used twice is evaluated once per epoch).
+
+    ``call``: the user's call that made the node, as errors name it (``join(on='id')``);
+    empty for a node made otherwise."""
+
+    call: str = field(default="", kw_only=True)
 
     def children(self) -> Sequence[Node]:
         return ()

@@ -24,6 +24,7 @@ from typing import Any
 
 from ctistream.adapters.base import InputAdapter, OutputAdapter, Progress
 from ctistream.engine._spark import collect_driver_garbage, parse_schema
+from ctistream.engine.columns import check_columns
 from ctistream.engine.egress import EgressState, egress_epoch
 from ctistream.engine.errors import EngineError, HeldEventsWarning, QueryBuildError
 from ctistream.engine.events import EventShape
@@ -138,6 +139,8 @@ class Runtime:
     def __post_init__(self) -> None:
         _check_progress(self.name, self.output)
         self.inputs = self._bind()
+        # every column the operators name, resolved now: a mistake fails here, not in an epoch
+        check_columns(self.spark, self.root, {id(b.node): b.schema for b in self.inputs})
         self._order = self._import_order()
         #: operators whose output only windows read (``intervals`` for a join below a window)
         self._for_lifetimes = _read_for_lifetimes(self.root)

@@ -1,0 +1,224 @@
+"""Build-time checks of the columns a plan names (driver, no Spark job).
+
+Every column an operator names (``where``, ``select``, ``join(on=)``, ``anti_join(on=)``,
+``group_by``, ``aggregate``, ``alter_event_lifetime``'s ``start_fn``, a union's inputs) is
+resolved when the query is made, against an empty DataFrame of the payload schema that reaches
+the operator: Spark's own analyzer resolves the user's Columns, no job runs, and a mistake is a
+:class:`~engine.errors.QueryBuildError` in the user's words (the call, the column, the columns
+available there and the closest match) before any epoch. What a payload is at each operator
+follows semantics §5 (each operator's payload rule) and the operator modules.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+from ctistream.engine.errors import QueryBuildError, spark_message
+from ctistream.engine.operators.join import output_columns
+from ctistream.engine.plan import (
+    AntiJoinNode,
+    InputNode,
+    JoinNode,
+    LifetimeNode,
+    MergeNode,
+    Node,
+    SelectNode,
+    SnapshotNode,
+    UnionNode,
+    WhereNode,
+    WindowNode,
+    walk,
+)
+from ctistream.engine.rows import START
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
+
+__all__ = ["check_columns", "unknown_column"]
+
+#: PySpark logs every analysis error with a DataFrame or SQL context at ERROR on stderr before
+#: raising it; a check that catches the error and reports it in the user's words silences them.
+_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+
+def unknown_column(call: str, name: str, available: Sequence[str], where: str) -> QueryBuildError:
+    """The error for a column ``name`` that ``call`` names and ``where`` (e.g. "the stream's
+    payload") does not have: the columns ``available`` there and the closest match
+    (:func:`difflib.get_close_matches`)."""
+    close = difflib.get_close_matches(name, list(available), n=1)
+    match = f"the closest match is {close[0]!r}" if close else "no column comes close"
+    hint = f"did you mean {close[0]!r}?" if close else "check the spelling and the operators before"
+    return QueryBuildError(
+        f"{call}: no column {name!r} in {where}; the columns available there are "
+        f"{list(available)}; {match}. Fix: name one of the available columns ({hint})"
+    )
+
+
+def check_columns(
+    spark: SparkSession, root: Node, schemas: Mapping[int, StructType]
+) -> dict[int, StructType]:
+    """Resolve the columns every operator of the plan under ``root`` names, inputs' payload
+    ``schemas`` given by node id; the payload schema of every node by id. Raises
+    :class:`QueryBuildError` at the first operator (children first) that names a column its
+    input does not have, or whose expression Spark's analyzer refuses, or an ``aggregate``
+    that is not an aggregate."""
+    out: dict[int, StructType] = {}
+    with _quiet():
+        for node in walk(root):
+            out[id(node)] = _payload(spark, node, out, schemas)
+    return out
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in _CONTEXT_LOGGERS]
+    before = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+    try:
+        yield
+    finally:
+        for lg, was in zip(loggers, before, strict=True):
+            lg.disabled = was
+
+
+def _payload(
+    spark: SparkSession,
+    node: Node,
+    out: Mapping[int, StructType],
+    schemas: Mapping[int, StructType],
+) -> StructType:
+    call = node.call or type(node).__name__.removesuffix("Node").lower()
+    if isinstance(node, InputNode):
+        return schemas[id(node)]
+    if isinstance(node, WhereNode):
+        schema = out[id(node.child)]
+        _resolve(spark, call, schema, "the stream's payload", lambda df: df.filter(node.condition))
+        return schema
+    if isinstance(node, SelectNode):
+        schema = out[id(node.child)]
+        columns = node.columns
+        selected = _resolve(
+            spark, call, schema, "the stream's payload", lambda df: df.select(*columns)
+        )
+        return selected.schema
+    if isinstance(node, MergeNode):
+        return out[id(node.child)]
+    if isinstance(node, LifetimeNode):
+        schema = out[id(node.child)]
+        start_fn = node.start_fn
+        if start_fn is not None:  # given the start (ticks) as a Column, as the operator does
+            ticks = StructType([*schema.fields, StructField(START, LongType())])
+            _resolve(
+                spark,
+                call,
+                ticks,
+                "the stream's payload",
+                lambda df: df.select(start_fn(F.col(START))),
+                shown=schema,
+            )
+        return schema
+    if isinstance(node, WindowNode | SnapshotNode):
+        return _aggregate(spark, call, out[id(node.child)], node.keys, node.aggregates)
+    if isinstance(node, JoinNode | AntiJoinNode):
+        left, right = out[id(node.left)], out[id(node.right)]
+        for side, schema in (("left", left), ("right", right)):
+            for key in node.on:
+                _resolve(spark, call, schema, f"the {side} stream's payload", _selecting(key))
+        if isinstance(node, AntiJoinNode):
+            return left
+        try:
+            names = output_columns(left.fieldNames(), right.fieldNames())
+        except QueryBuildError as e:
+            raise QueryBuildError(f"{call}: {e}") from None
+        fields = [*left.fields, *right.fields]
+        return StructType(
+            [StructField(n, f.dataType, f.nullable) for n, f in zip(names, fields, strict=True)]
+        )
+    if isinstance(node, UnionNode):
+        schemas_in = [out[id(c)] for c in node.inputs]
+        first = schemas_in[0].fieldNames()
+        for i, schema in enumerate(schemas_in[1:], start=1):
+            if sorted(schema.fieldNames()) != sorted(first):
+                raise QueryBuildError(
+                    f"{call}: input {i + 1} has the payload columns {schema.fieldNames()}, input "
+                    f"1 has {first}; expected the same columns on every input. Fix: select the "
+                    "same columns on every input before the union"
+                )
+        return schemas_in[0]
+    raise TypeError(f"unknown plan node {node!r}")  # pragma: no cover
+
+
+def _selecting(name: str) -> Callable[[DataFrame], DataFrame]:
+    return lambda df: df.select(F.col(_quoted(name)))
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _aggregate(
+    spark: SparkSession,
+    call: str,
+    schema: StructType,
+    keys: Sequence[str],
+    aggregates: Sequence[tuple[str, Column]],
+) -> StructType:
+    """A window's payload: its group keys, then its named aggregates; each key a column of the
+    input, each aggregate an aggregate Column over it."""
+    where = "the windowed stream's payload"
+    for key in keys:
+        _resolve(spark, call, schema, where, _selecting(key))
+    for name, col in aggregates:
+        each = f"{call}: aggregate {name}={col}"
+        alone = _resolve(spark, each, schema, where, lambda df, col=col: df.select(col))
+        # Spark plans a select of an aggregate Column (or one over aggregates) as an
+        # aggregation over all rows, and any other select as a projection
+        plan = alone._jdf.queryExecution().analyzed()  # type: ignore[operator]
+        if plan.getClass().getSimpleName() != "Aggregate":
+            raise QueryBuildError(
+                f"{each} is not an aggregate: it calls no aggregate function, so a window (or "
+                "group) of several events has no one value for it. Expected an aggregate "
+                "Column (F.sum, F.count, F.avg, F.max, ... or a pandas_udf of type GROUPED_AGG), "
+                f"possibly inside an expression. Fix: aggregate it (e.g. {name}=F.max(...)), or "
+                "compute it with .select() after aggregate(); the group keys are in the output "
+                "already"
+            )
+    named = [col.alias(name) for name, col in aggregates]
+    key_cols = [F.col(_quoted(k)) for k in keys]
+    return _resolve(spark, call, schema, where, lambda df: df.groupBy(*key_cols).agg(*named)).schema
+
+
+def _resolve(
+    spark: SparkSession,
+    call: str,
+    schema: StructType,
+    where: str,
+    build: Callable[[DataFrame], DataFrame],
+    *,
+    shown: StructType | None = None,
+) -> DataFrame:
+    """What ``build`` makes of an empty DataFrame of ``schema``, resolved by Spark's analyzer
+    (no job runs); an analysis error raised as :class:`QueryBuildError` for ``call``.
+    ``shown``: the columns to name as available (default: ``schema``'s)."""
+    available = (shown or schema).fieldNames()
+    try:
+        df = build(spark.createDataFrame([], schema))
+        df.schema  # noqa: B018 - resolved (classic PySpark resolves when the DataFrame is made)
+        return df
+    except AnalysisException as e:
+        condition = e.getCondition() or ""
+        if condition.startswith("UNRESOLVED_COLUMN"):
+            raw = e.getMessageParameters().get("objectName", "")
+            parts = re.findall(r"`((?:[^`]|``)*)`", raw)
+            name = ".".join(p.replace("``", "`") for p in parts) if parts else raw
+            raise unknown_column(call, name, available, where) from None
+        raise QueryBuildError(
+            f"{call}: Spark cannot resolve it over {where} (columns {available}): "
+            f"{spark_message(e)}. Fix: write the expression over these columns"
+        ) from None
