@@ -12,11 +12,10 @@ follows semantics §5 (each operator's payload rule) and the operator modules.
 from __future__ import annotations
 
 import difflib
-import logging
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 
+from ctistream.engine._spark import engine_work
 from ctistream.engine.errors import QueryBuildError, spark_message
 from ctistream.engine.operators.join import output_columns
 from ctistream.engine.plan import (
@@ -34,16 +33,13 @@ from ctistream.engine.plan import (
     walk,
 )
 from ctistream.engine.rows import START
+from ctistream.engine.schema import check_payload_names
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import IntegralType, LongType, StructField, StructType
 
 __all__ = ["check_columns", "unknown_column"]
-
-#: PySpark logs every analysis error with a DataFrame or SQL context at ERROR on stderr before
-#: raising it; a check that catches the error and reports it in the user's words silences them.
-_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
 
 def unknown_column(call: str, name: str, available: Sequence[str], where: str) -> QueryBuildError:
@@ -68,23 +64,28 @@ def check_columns(
     input does not have, or whose expression Spark's analyzer refuses, or an ``aggregate``
     that is not an aggregate."""
     out: dict[int, StructType] = {}
-    with _quiet():
+    with engine_work():  # the errors Spark's analyzer raises here are reported as ours
         for node in walk(root):
-            out[id(node)] = _payload(spark, node, out, schemas)
+            schema = out[id(node)] = _payload(spark, node, out, schemas)
+            if not isinstance(node, InputNode):  # an input's names are checked as it is bound
+                _check_names(node.call or type(node).__name__, schema.fieldNames())
     return out
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    loggers = [logging.getLogger(name) for name in _CONTEXT_LOGGERS]
-    before = [lg.disabled for lg in loggers]
-    for lg in loggers:
-        lg.disabled = True
+def _check_names(call: str, names: list[str]) -> None:
+    """An operator's output names: distinct (a later reference to one would be ambiguous), and
+    none of the engine's own (:func:`engine.schema.check_payload_names`)."""
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise QueryBuildError(
+            f"{call}: the output would have two columns named {twice[0]!r} (its columns: "
+            f"{names}); expected distinct names. Fix: give one of them another name with "
+            ".alias(...)"
+        )
     try:
-        yield
-    finally:
-        for lg, was in zip(loggers, before, strict=True):
-            lg.disabled = was
+        check_payload_names(names)
+    except ValueError as e:
+        raise QueryBuildError(f"{call}: {e}") from None
 
 
 def _payload(
@@ -114,7 +115,7 @@ def _payload(
         start_fn = node.start_fn
         if start_fn is not None:  # given the start (ticks) as a Column, as the operator does
             ticks = StructType([*schema.fields, StructField(START, LongType())])
-            _resolve(
+            moved = _resolve(
                 spark,
                 call,
                 ticks,
@@ -122,6 +123,14 @@ def _payload(
                 lambda df: df.select(start_fn(F.col(START))),
                 shown=schema,
             )
+            got = moved.schema.fields[0].dataType
+            if not isinstance(got, IntegralType):
+                raise QueryBuildError(
+                    f"{call}: start_fn returns {got.simpleString()}; expected a Column of "
+                    "integer ticks (bigint, 1 tick = 1 µs), as event times are whole ticks. "
+                    "Fix: keep its arithmetic integral (e.g. lambda s: s - s % 60_000_000), or "
+                    "end it with .cast('bigint')"
+                )
         return schema
     if isinstance(node, WindowNode | SnapshotNode):
         return _aggregate(spark, call, out[id(node.child)], node.keys, node.aggregates)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 __all__ = [
@@ -104,10 +105,8 @@ def spark_message(error: BaseException) -> str:
         text = str(error)
     java = getattr(error, "java_exception", None)  # py4j's Py4JJavaError: the Java message
     if java is not None:
-        try:
+        with contextlib.suppress(Exception):  # its JVM side is gone: the Python text
             text = str(java.getMessage())
-        except Exception:
-            pass
     text = _BEFORE_PLAN.sub(r"\1", text)
     lines = []
     for line in text.splitlines():
