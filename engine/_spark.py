@@ -46,6 +46,9 @@ __all__ = [
 #:   site set and cleared). An epoch's plans are built by the engine's own code, so the line
 #:   would be the engine's; without it B2's driver made 16,700 py4j calls per run instead of
 #:   38,000.
+#: * PySpark's worker daemon prints a ``BrokenPipeError`` traceback on stderr for every task
+#:   that Spark cancels after another task of its job failed: ``_ctistream_daemon`` is PySpark's
+#:   daemon without it (the real error still reaches the driver).
 LEAN_SESSION = {
     "spark.sql.ui.retainedExecutions": "20",
     "spark.ui.retainedJobs": "50",
@@ -55,6 +58,7 @@ LEAN_SESSION = {
     "spark.python.unix.domain.socket.enabled": "true",
     "spark.sql.codegen.cache.maxEntries": "1000",
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    "spark.python.daemon.module": "_ctistream_daemon",
 }
 
 

@@ -11,12 +11,11 @@ follows semantics §5 (each operator's payload rule) and the operator modules.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 
 from ctistream.engine._spark import engine_work
-from ctistream.engine.errors import QueryBuildError, spark_message
+from ctistream.engine.errors import QueryBuildError, spark_message, unknown_column
 from ctistream.engine.operators.join import output_columns
 from ctistream.engine.plan import (
     AntiJoinNode,
@@ -39,20 +38,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType, LongType, StructField, StructType
 
-__all__ = ["check_columns", "unknown_column"]
-
-
-def unknown_column(call: str, name: str, available: Sequence[str], where: str) -> QueryBuildError:
-    """The error for a column ``name`` that ``call`` names and ``where`` (e.g. "the stream's
-    payload") does not have: the columns ``available`` there and the closest match
-    (:func:`difflib.get_close_matches`)."""
-    close = difflib.get_close_matches(name, list(available), n=1)
-    match = f"the closest match is {close[0]!r}" if close else "no column comes close"
-    hint = f"did you mean {close[0]!r}?" if close else "check the spelling and the operators before"
-    return QueryBuildError(
-        f"{call}: no column {name!r} in {where}; the columns available there are "
-        f"{list(available)}; {match}. Fix: name one of the available columns ({hint})"
-    )
+__all__ = ["check_columns"]
 
 
 def check_columns(

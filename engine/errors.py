@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
+from collections.abc import Sequence
 
 __all__ = [
     "CheckpointDamageError",
@@ -15,6 +17,7 @@ __all__ = [
     "QueryRunError",
     "QueryStoppedError",
     "spark_message",
+    "unknown_column",
 ]
 
 
@@ -117,3 +120,16 @@ def spark_message(error: BaseException) -> str:
     text = re.sub(r"(?:,\s*)?`__[a-z]\w*`(?:,\s*(?=\]))?", "", text)
     text = text.replace("[, ", "[")
     return _INTERNAL.sub("an engine column", text)
+
+
+def unknown_column(call: str, name: str, available: Sequence[str], where: str) -> QueryBuildError:
+    """The error for a column ``name`` that ``call`` names and ``where`` (e.g. "the stream's
+    payload") does not have: the columns ``available`` there and the closest match
+    (:func:`difflib.get_close_matches`)."""
+    close = difflib.get_close_matches(name, list(available), n=1)
+    match = f"the closest match is {close[0]!r}" if close else "no column comes close"
+    hint = f"did you mean {close[0]!r}?" if close else "check the spelling and the operators before"
+    return QueryBuildError(
+        f"{call}: no column {name!r} in {where}; the columns available there are "
+        f"{list(available)}; {match}. Fix: name one of the available columns ({hint})"
+    )
