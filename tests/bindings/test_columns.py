@@ -265,6 +265,7 @@ def test_spark_message_drops_the_plan_and_the_engine_columns(spark):
 #: socket, and that worker's flush finds the pipe broken.
 CANCELLED_TASK = """
 import sys, time
+import pandas as pd
 from ctistream.adapters.memory import *
 from ctistream.bindings import Application, Stream
 from ctistream.engine import EventShape, point
