@@ -481,7 +481,7 @@ class Stream:
     def where(self, condition: Column | str) -> Stream:
         """Keep events whose payload satisfies ``condition`` (a Column or SQL expression)."""
         cond = F.expr(condition) if isinstance(condition, str) else condition
-        return self._then(WhereNode(self._node, cond), _keep)
+        return self._then(WhereNode(self._node, cond, call=_call("where", condition)), _keep)
 
     def select(self, *columns: Column | str) -> Stream:
         """Project the payload to ``columns`` (names or Columns, aliased as you like).
@@ -491,8 +491,9 @@ class Stream:
         if not columns:
             raise ValueError("select() needs at least one column")
         passed = frozenset(n for n in map(_passed_through, columns) if n is not None)
-        rule = partial(_select_rule, _call("select", *columns), passed)
-        return self._then(SelectNode(self._node, tuple(columns)), rule)
+        call = _call("select", *columns)
+        rule = partial(_select_rule, call, passed)
+        return self._then(SelectNode(self._node, tuple(columns), call=call), rule)
 
     def join(self, other: Stream, on: str | Sequence[str]) -> Stream:
         """Pairs of events with equal ``on`` columns whose lifetimes overlap; lifetime = the
@@ -504,7 +505,8 @@ class Stream:
         key stays keyed."""
         keys = _keys(on, "join")
         rule = partial(_join_rule, _call("join", on=list(keys)), "join", keys)
-        return self._then(JoinNode(self._node, other.node, keys), rule, other)
+        node = JoinNode(self._node, other.node, keys, call=_call("join", on=on))
+        return self._then(node, rule, other)
 
     def anti_join(self, other: Stream, on: str | Sequence[str]) -> Stream:
         """The parts of this stream's lifetimes that no event of ``other`` with equal ``on``
@@ -513,7 +515,8 @@ class Stream:
         START edge first when its end is not yet known. Substream keys as for :meth:`join`."""
         keys = _keys(on, "anti_join")
         rule = partial(_join_rule, _call("anti_join", on=list(keys)), "anti_join", keys)
-        return self._then(AntiJoinNode(self._node, other.node, keys), rule, other)
+        node = AntiJoinNode(self._node, other.node, keys, call=_call("anti_join", on=on))
+        return self._then(node, rule, other)
 
     def union(self, *others: Stream) -> Stream:
         """All events of this stream and ``others``; CTI = the older of their latest CTIs.
@@ -522,8 +525,10 @@ class Stream:
         (:meth:`merge_substreams`) to union them with un-keyed streams."""
         if not others:
             raise ValueError("union() needs at least one other stream")
-        rule = partial(_union_rule, f"union() of {len(others) + 1} streams")
-        return self._then(UnionNode((self._node, *(o.node for o in others))), rule, *others)
+        call = f"union() of {len(others) + 1} streams"
+        rule = partial(_union_rule, call)
+        node = UnionNode((self._node, *(o.node for o in others)), call=call)
+        return self._then(node, rule, *others)
 
     def shift_event_time(self, delta: timedelta | int) -> Stream:
         """Move every event by ``delta`` (``[start + d, end + d)``); CTIs move by ``delta`` too."""
@@ -550,10 +555,14 @@ class Stream:
                 f"start_fn must map a Column of ticks to a Column; got {start_fn!r}. Fix: pass "
                 "e.g. lambda s: s - s % 60_000_000"
             )
-        return self._then(
-            LifetimeNode(self._node, start_fn=start_fn, duration=_positive(duration, "duration")),
-            _keep,
+        name = getattr(start_fn, "__name__", type(start_fn).__name__)
+        node = LifetimeNode(
+            self._node,
+            start_fn=start_fn,
+            duration=_positive(duration, "duration"),
+            call=f"alter_event_lifetime({name}, {duration!r})",
         )
+        return self._then(node, _keep)
 
     def to_point(self) -> Stream:
         """Every event becomes a point at its start; CTIs are unchanged."""
@@ -656,7 +665,7 @@ class WindowedStream:
         node = self._source.node
         if self._size == 0:  # a snapshot window
             return self._source._then(
-                SnapshotNode(node, self._keys, tuple(aggregates.items())), rule
+                SnapshotNode(node, self._keys, tuple(aggregates.items()), call=call), rule
             )
         return self._source._then(
             WindowNode(
@@ -666,6 +675,7 @@ class WindowedStream:
                 self._keys,
                 tuple(aggregates.items()),
                 self._output is WindowOutput.POINT_AT_END,
+                call=call,
             ),
             rule,
         )

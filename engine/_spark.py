@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
@@ -12,6 +16,7 @@ __all__ = [
     "LEAN_SESSION",
     "collect_driver_garbage",
     "default_session",
+    "engine_work",
     "parse_schema",
     "settle_driver",
     "settle_worker",
@@ -41,6 +46,9 @@ __all__ = [
 #:   site set and cleared). An epoch's plans are built by the engine's own code, so the line
 #:   would be the engine's; without it B2's driver made 16,700 py4j calls per run instead of
 #:   38,000.
+#: * PySpark's worker daemon prints a ``BrokenPipeError`` traceback on stderr for every task
+#:   that Spark cancels after another task of its job failed: ``_ctistream_daemon`` is PySpark's
+#:   daemon without it (the real error still reaches the driver).
 LEAN_SESSION = {
     "spark.sql.ui.retainedExecutions": "20",
     "spark.ui.retainedJobs": "50",
@@ -50,6 +58,7 @@ LEAN_SESSION = {
     "spark.python.unix.domain.socket.enabled": "true",
     "spark.sql.codegen.cache.maxEntries": "1000",
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    "spark.python.daemon.module": "_ctistream_daemon",
 }
 
 
@@ -158,3 +167,37 @@ def settle_driver() -> None:
 
     gc.collect()
     gc.freeze()
+
+
+#: PySpark logs every analysis or execution error that has a DataFrame or SQL context at ERROR
+#: on stderr (as JSON, with the JVM's stack and the plan) when it converts it, before it raises it.
+_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+_working = threading.local()
+_filtered: list[bool] = []
+
+
+class _NotEngineWork(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_working, "depth", 0)
+
+
+@contextmanager
+def engine_work() -> Iterator[None]:
+    """The engine's own Spark work in this thread (checking a query's columns, running an
+    epoch): PySpark's context loggers (:data:`_CONTEXT_LOGGERS`) stay silent in it, as every
+    error they would log reaches the user as the engine's own error, in the user's words
+    (:func:`engine.errors.spark_message`) instead of the engine's plan. Other threads, and the
+    user's own Spark code, log as before."""
+    if not _filtered:
+        from pyspark.logger import PySparkLogger
+
+        # PySpark's own class of logger: a plain one made first under the name would be the
+        # one PySpark gets, and refuse its keyword arguments
+        for name in _CONTEXT_LOGGERS:
+            PySparkLogger.getLogger(name).addFilter(_NotEngineWork())
+        _filtered.append(True)
+    _working.depth = getattr(_working, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _working.depth -= 1

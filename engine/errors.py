@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import re
+from collections.abc import Sequence
+
 __all__ = [
     "CheckpointDamageError",
     "CtiViolationError",
@@ -9,7 +14,10 @@ __all__ = [
     "HeldEventsWarning",
     "MalformedRecordError",
     "QueryBuildError",
+    "QueryRunError",
     "QueryStoppedError",
+    "spark_message",
+    "unknown_column",
 ]
 
 
@@ -19,6 +27,17 @@ class EngineError(Exception):
 
 class QueryBuildError(EngineError, ValueError):
     """A query cannot be built as bound: unknown stream, unsupported shape, import cycle, ..."""
+
+
+class QueryRunError(EngineError, RuntimeError):
+    """Spark failed while a query ran an epoch (an error in a UDF, a value a cast or an ANSI
+    operation refused, ...). The message names the query, the epoch, the operator when it is
+    known, and Spark's own message in the user's words: without the engine's internal columns
+    or its plan. ``spark_error`` holds Spark's exception as raised."""
+
+    def __init__(self, message: str, spark_error: BaseException) -> None:
+        super().__init__(message)
+        self.spark_error = spark_error
 
 
 class QueryStoppedError(EngineError, RuntimeError):
@@ -65,3 +84,52 @@ class CheckpointDamageError(EngineError):
     """A checkpoint file that a restart needs is missing or damaged and nothing can stand in for
     it (semantics §9: damage is detected, never silently used). The message names the file and
     the fix; the query computed and delivered nothing from it."""
+
+
+#: An engine column (``__pos``, ``__kind#12L``, backquoted or not) in a Spark message; not a
+#: Python dunder (``__init__``), whose name ends with ``__``.
+_INTERNAL = re.compile(r"`?\b__[a-z][a-z0-9]*(?:_[a-z0-9]+)*\b(?:#\d+L?)?`?")
+#: A line where Spark starts dumping a plan or a JVM stack.
+_PLAN = re.compile(r"^\s*(?:[+:]- |== .* ==|at [\w$.]+\()")
+#: Where an AnalysisException's text ends and its plan begins: ``SQLSTATE: 42703;`` (or
+#: ``...; line 1 pos 0;``) at the end of a line.
+_BEFORE_PLAN = re.compile(r"(SQLSTATE: \w+)[^\n]*;\n.*", re.DOTALL)
+
+
+def spark_message(error: BaseException) -> str:
+    """Spark's message for ``error`` in the user's words: Spark's own text (error class and
+    message), without the plan or JVM stack that may follow it, and without the engine's
+    internal column names (dropped from Spark's lists of suggestions, named as "an engine
+    column" elsewhere)."""
+    get = getattr(error, "getMessage", None)
+    try:
+        text = str(get()) if callable(get) else str(error)
+    except Exception:  # a py4j error whose JVM side is gone
+        text = str(error)
+    java = getattr(error, "java_exception", None)  # py4j's Py4JJavaError: the Java message
+    if java is not None:
+        with contextlib.suppress(Exception):  # its JVM side is gone: the Python text
+            text = str(java.getMessage())
+    text = _BEFORE_PLAN.sub(r"\1", text)
+    lines = []
+    for line in text.splitlines():
+        if _PLAN.match(line):
+            break
+        lines.append(line)
+    text = "\n".join(lines).strip().removesuffix(";")
+    text = re.sub(r"(?:,\s*)?`__[a-z]\w*`(?:,\s*(?=\]))?", "", text)
+    text = text.replace("[, ", "[")
+    return _INTERNAL.sub("an engine column", text)
+
+
+def unknown_column(call: str, name: str, available: Sequence[str], where: str) -> QueryBuildError:
+    """The error for a column ``name`` that ``call`` names and ``where`` (e.g. "the stream's
+    payload") does not have: the columns ``available`` there and the closest match
+    (:func:`difflib.get_close_matches`)."""
+    close = difflib.get_close_matches(name, list(available), n=1)
+    match = f"the closest match is {close[0]!r}" if close else "no column comes close"
+    hint = f"did you mean {close[0]!r}?" if close else "check the spelling and the operators before"
+    return QueryBuildError(
+        f"{call}: no column {name!r} in {where}; the columns available there are "
+        f"{list(available)}; {match}. Fix: name one of the available columns ({hint})"
+    )

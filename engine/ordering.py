@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ctistream.engine.errors import QueryBuildError
+from ctistream.engine.errors import QueryBuildError, unknown_column
 from ctistream.engine.events import EventShape
 from ctistream.engine.rows import (
     END,
@@ -139,10 +139,11 @@ def check_ordering(
     if column is not None:
         kind = fields.get(column)
         if kind is None:
-            raise QueryBuildError(
-                f"input {name!r}: event_time={column!r} is not a payload column; the payload has "
-                f"{sorted(fields)}. Fix: name the column holding the event time, or "
-                "event_time=None to use arrival time"
+            raise unknown_column(
+                f"input {name!r}: EventOrderingSettings(event_time={column!r})",
+                column,
+                list(fields),
+                "the input's payload (or give event_time=None to use arrival time)",
             )
         if not isinstance(kind, TimestampType | LongType | IntegerType | ShortType | ByteType):
             raise QueryBuildError(
@@ -153,9 +154,11 @@ def check_ordering(
     if ordering.over is not None:
         kind = fields.get(ordering.over)
         if kind is None:
-            raise QueryBuildError(
-                f"input {name!r}: over={ordering.over!r} is not a payload column; the payload "
-                f"has {sorted(fields)}. Fix: name the substream key column, e.g. over='device_id'"
+            raise unknown_column(
+                f"input {name!r}: EventOrderingSettings(over={ordering.over!r})",
+                ordering.over,
+                list(fields),
+                "the input's payload",
             )
         if isinstance(kind, MapType):
             raise QueryBuildError(

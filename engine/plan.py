@@ -83,7 +83,12 @@ def _aggregates(keys: tuple[str, ...], aggregates: tuple[tuple[str, Column], ...
 
 @dataclass(eq=False)
 class Node:
-    """Base of plan nodes; identity matters (a node used twice is evaluated once per epoch)."""
+    """Base of plan nodes; identity matters (a node used twice is evaluated once per epoch).
+
+    ``call``: the user's call that made the node, as errors name it (``join(on='id')``);
+    empty for a node made otherwise."""
+
+    call: str = field(default="", kw_only=True)
 
     #: How the operator moves CTIs, in one line (semantics §5): its output CTI from its inputs'.
     cti_rule: ClassVar[str] = ""

@@ -23,9 +23,16 @@ from datetime import timedelta
 from typing import Any
 
 from ctistream.adapters.base import InputAdapter, OutputAdapter
-from ctistream.engine._spark import collect_driver_garbage, parse_schema
+from ctistream.engine._spark import collect_driver_garbage, engine_work, parse_schema
+from ctistream.engine.columns import check_columns
 from ctistream.engine.egress import EgressState, egress_epoch
-from ctistream.engine.errors import EngineError, HeldEventsWarning, QueryBuildError
+from ctistream.engine.errors import (
+    EngineError,
+    HeldEventsWarning,
+    QueryBuildError,
+    QueryRunError,
+    spark_message,
+)
 from ctistream.engine.events import EventShape
 from ctistream.engine.ingress import (
     IngressState,
@@ -91,7 +98,10 @@ from ctistream.engine.rows import (
 from ctistream.engine.schema import check_payload_names, schema_differences
 from ctistream.engine.source import SourceRead, read_input
 from ctistream.engine.temporal import MIN_TIME, format_ticks, iso_time, to_ticks
+from py4j.protocol import Py4JJavaError
 from pyspark import InheritableThread, StorageLevel
+from pyspark.errors import AnalysisException
+from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -133,12 +143,15 @@ class Runtime:
     _ordering: dict[int, OrderingState] = field(init=False, default_factory=dict)
     _trace: Any = field(init=False, default=None)  # engine.trace.Trace of a traced run
     _ahead: _Ahead | None = field(init=False, default=None)  # the next epoch's ingress, running
+    _building: Node | None = field(init=False, default=None)  # the operator being built
     #: print a line per epoch to stderr: None (off), 0 (count unknown) or the number of epochs
     progress: int | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         _check_output(self.name, self.output)
         self.inputs = self._bind()
+        # every column the operators name, resolved now: a mistake fails here, not in an epoch
+        check_columns(self.spark, self.root, {id(b.node): b.schema for b in self.inputs})
         self._order = self._import_order()
         #: operators whose output only windows read (``intervals`` for a join below a window)
         self._for_lifetimes = _read_for_lifetimes(self.root)
@@ -520,20 +533,23 @@ class Runtime:
         limit = None
         while True:
             try:
-                items = self._epoch(
-                    raws,
-                    lo,
-                    hi,
-                    stopping and stopped is None,
-                    limit,
-                    as_read,
-                    upcoming if stopped is None else None,
-                )
+                with engine_work():
+                    items = self._epoch(
+                        raws,
+                        lo,
+                        hi,
+                        stopping and stopped is None,
+                        limit,
+                        as_read,
+                        upcoming if stopped is None else None,
+                    )
                 break
             except _StopEpoch as found:
                 # Run again up to it: an input after the one that found it may hold an earlier
                 # bad item, found by this next run (each run stops strictly earlier).
                 stopped, limit = found, found.pos
+            except (CapturedException, Py4JJavaError) as error:
+                raise self._run_error(k, error) from None
         undelivered = _undelivered(first, items, delivered)
         if undelivered is not None:
             self.output.deliver(k, undelivered[1], undelivered[0])
@@ -578,6 +594,23 @@ class Runtime:
             "input was changed before that point, or the output holds the items of another "
             "query or run. Fix: restore the input as it was up to the item that failed, or give "
             "the query a new output (and a new checkpoint directory)"
+        )
+
+    def _run_error(self, k: int, error: BaseException) -> QueryRunError:
+        """What Spark raised in epoch ``k``, in the user's words (:func:`spark_message`). An
+        analysis error is raised where an operator builds its DataFrames, so it names that
+        operator; an error in a task (a UDF, a cast) surfaces in whichever job first needs the
+        rows, where Spark runs the operators together, so it names none."""
+        node = self._building
+        if isinstance(error, AnalysisException) and node is not None and node.call:
+            where = f"in {node.call}"
+        else:
+            where = "in a Spark task of the epoch"
+        return QueryRunError(
+            f"query {self.name!r}, epoch {k}: Spark failed {where}: {spark_message(error)}. "
+            "Fix: correct the expression or function it names for the values it met (this "
+            "error's spark_error holds Spark's exception as raised)",
+            error,
         )
 
     def metrics(self) -> dict[str, dict[str, Any]]:
@@ -700,10 +733,12 @@ class Runtime:
         if upcoming is not None:
             self._ahead = _Ahead.start(self, upcoming, ingress, ordering)
         ops = dict(self._ops)
+        self._building = None
         lifetimes_only = set() if trace is not None else self._for_lifetimes
         for node in walk(self.root):
             if isinstance(node, InputNode):
                 continue
+            self._building = node  # the operator an analysis error comes from (_run_error)
             if isinstance(node, WhereNode):
                 flows[id(node)] = where(flows[id(node.child)], node.condition)
             elif isinstance(node, SelectNode):
@@ -781,6 +816,7 @@ class Runtime:
                 )
                 if trace is not None:
                     trace.operator(node, flows[id(node)])
+        self._building = None
         root = flows[id(self.root)]
         items, egress = egress_epoch(
             root, self.output_shape, payload_columns(root.events), self._egress
@@ -916,7 +952,7 @@ class _Ahead:
         raws = reads | upcoming.raws
 
         def work() -> None:
-            with made_checkpoints() as made:
+            with made_checkpoints() as made, engine_work():
                 ahead.made = made
                 try:
                     ahead.result = rt._ingress_all(

@@ -263,9 +263,9 @@ def _script_t() -> EventScript:
             {"settings": AdvanceTimeSettings.increasing_start_time()},
             "both EventOrderingSettings and AdvanceTimeSettings with generation",
         ),
-        (EventOrderingSettings(event_time="ts"), {}, "event_time='ts' is not a payload column"),
+        (EventOrderingSettings(event_time="ts"), {}, r"event_time='ts'\): no column 'ts'"),
         (EventOrderingSettings(event_time="k"), {}, "'k' is string; expected timestamp"),
-        (EventOrderingSettings(event_time="t", over="dev"), {}, "over='dev' is not a payload"),
+        (EventOrderingSettings(event_time="t", over="dev"), {}, r"over='dev'\): no column 'dev'"),
     ],
 )
 def test_what_ordering_cannot_do_fails_when_the_query_is_built(app, ordering, kwargs, message):
