@@ -32,8 +32,8 @@ Writing adapters
     (scripts and a collecting sink), ``.files``, ``.kafka``, ``.eventhubs``, ``.push``.
 
 Errors and warnings
-    QueryBuildError, CtiViolationError, MalformedRecordError, CheckpointDamageError,
-    QueryStoppedError, PushAdapterError, HeldEventsWarning.
+    QueryBuildError, QueryRunError, CtiViolationError, MalformedRecordError,
+    CheckpointDamageError, QueryStoppedError, PushAdapterError, HeldEventsWarning.
 
 The subpackages hold the rest: ``ctistream.engine`` (time, events, settings, errors, the
 runtime), ``ctistream.adapters`` (the adapter contracts and the built-in adapters) and
@@ -76,6 +76,7 @@ from ctistream.engine import (
     MalformedRecordError,
     OrderingAction,
     QueryBuildError,
+    QueryRunError,
     QueryStoppedError,
     Versions,
     WindowOutput,
@@ -121,6 +122,7 @@ __all__ = [
     "Query",
     "QueryBinder",
     "QueryBuildError",
+    "QueryRunError",
     "QueryStoppedError",
     "QueryTemplate",
     "SourceItem",

@@ -6,6 +6,7 @@ from ctistream.engine.errors import (
     HeldEventsWarning,
     MalformedRecordError,
     QueryBuildError,
+    QueryRunError,
     QueryStoppedError,
 )
 from ctistream.engine.events import (
@@ -52,6 +53,7 @@ __all__ = [
     "MalformedRecordError",
     "OrderingAction",
     "QueryBuildError",
+    "QueryRunError",
     "QueryStoppedError",
     "Versions",
     "WindowOutput",
