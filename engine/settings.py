@@ -18,7 +18,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from ctistream.engine.temporal import TICK, to_duration_ticks
+from ctistream.engine.temporal import TICK, to_duration
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -48,18 +48,10 @@ class AdvanceTimePolicy(StrEnum):
 
 
 def _duration(value: Any, info: ValidationInfo, owner: str, min_ticks: int | None = None) -> Any:
-    """A settings field's duration as a ``timedelta``, read by the one duration reader
-    (:func:`~engine.temporal.to_duration_ticks`); its TypeError becomes the ValueError pydantic
-    reports as a ValidationError."""
+    """A settings field's duration as a ``timedelta`` (None stays None)."""
     if value is None:
         return value
-    try:
-        ticks = to_duration_ticks(
-            value, name=str(info.field_name), owner=owner, min_ticks=min_ticks
-        )
-    except TypeError as e:
-        raise ValueError(str(e)) from None
-    return timedelta(microseconds=ticks)
+    return to_duration(value, name=str(info.field_name), owner=owner, min_ticks=min_ticks)
 
 
 def _ticks(value: timedelta) -> int:
@@ -115,7 +107,7 @@ class AdvanceTimeGenerationSettings(BaseModel):
             raise ValueError(
                 f"AdvanceTimeGenerationSettings: frequency must be an event count (int >= 1) or "
                 f"a time span (a timedelta or a Spark-style interval string); got "
-                f"{type(value).__name__} {value!r}. Fix: AdvanceTimeGenerationSettings(10) or "
+                f"{value!r} ({type(value).__name__}). Fix: AdvanceTimeGenerationSettings(10) or "
                 "AdvanceTimeGenerationSettings(timedelta(seconds=1)) or "
                 'AdvanceTimeGenerationSettings("1 second")'
             )

@@ -18,6 +18,7 @@ __all__ = [
     "format_ticks",
     "saturating_sub",
     "to_datetime",
+    "to_duration",
     "to_duration_ticks",
     "to_ticks",
 ]
@@ -93,6 +94,8 @@ def _parse_interval(text: str) -> int:
     rest = body.group(1).strip() if body else ""
     if not rest:
         raise ValueError("no '<number> <unit>' part")
+    if re.fullmatch(r"[+-]?\s*(\d+\.?\d*|\.\d+)", rest):
+        raise ValueError("a number without a unit")
     total = 0
     pos = 0
     for part in _PART.finditer(rest):
@@ -169,7 +172,7 @@ def to_duration_ticks(
                 f'{value!r}: {e}. Fix: e.g. {name}="10 seconds", "1 minute 30 seconds", '
                 f'"500 milliseconds" or {name}=timedelta(seconds=10)'
             ) from None
-    if not MIN_TIME < ticks < MAX_TIME:
+    if not MIN_TIME <= ticks <= MAX_TIME:
         raise ValueError(
             f"{where} must fit in int64 ticks (about ±292000 years); got {value!r}. "
             "Fix: pass a shorter duration"
@@ -184,6 +187,19 @@ def to_duration_ticks(
             + ', e.g. timedelta(seconds=10) or "10 seconds"'
         )
     return ticks
+
+
+def to_duration(
+    value: timedelta | str, *, name: str, owner: str, min_ticks: int | None = None
+) -> timedelta:
+    """:func:`to_duration_ticks` as a ``timedelta``, for the field validators of pydantic
+    settings and configs: every error is a ``ValueError``, which pydantic reports as a
+    ``ValidationError`` naming the field."""
+    try:
+        ticks = to_duration_ticks(value, name=name, owner=owner, min_ticks=min_ticks)
+    except TypeError as e:
+        raise ValueError(str(e)) from None
+    return timedelta(microseconds=ticks)
 
 
 def to_datetime(ticks: int) -> datetime:

@@ -38,6 +38,7 @@ read) instead of its events, for the aggregates Arrow computes as Spark does (:f
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -445,9 +446,10 @@ _ORDERED = frozenset(
 
 
 def _where(spec: WindowSpec) -> str:
+    size, hop = timedelta(microseconds=spec.size), timedelta(microseconds=spec.hop)
     if spec.hop == spec.size:
-        return f"tumbling_window({spec.size})"
-    return f"hopping_window({spec.size}, {spec.hop})"
+        return f"tumbling_window({size!r})"
+    return f"hopping_window({size!r}, {hop!r})"
 
 
 def exact_aggregates(

@@ -10,7 +10,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ctistream.adapters.memory import EventScript
+from ctistream.adapters.eventhubs import EventHubInputConfig
+from ctistream.adapters.kafka import KafkaInputConfig
+from ctistream.adapters.memory import (
+    EventScript,
+    MemoryInputConfig,
+    MemoryInputFactory,
+    MemoryOutputConfig,
+    MemoryOutputFactory,
+)
 from ctistream.bindings import Stream
 from ctistream.engine import (
     MAX_TIME,
@@ -125,7 +133,7 @@ def test_interval_strings_are_read_exactly_in_ticks(text, ticks):
 @pytest.mark.parametrize(
     ("text", "why"),
     [
-        ("10", "no '<number> <unit>' part|cannot read '10'"),
+        ("10", "got '10': a number without a unit"),
         ("", "no '<number> <unit>' part"),
         ("10 sec", "unknown unit 'sec'"),
         ("10seconds", "cannot read '10seconds'"),
@@ -178,35 +186,93 @@ def test_settings_store_a_string_as_the_timedelta_it_spells():
 
 def test_an_int_generation_frequency_is_still_an_event_count():
     assert AdvanceTimeGenerationSettings(3).by_count
-    with pytest.raises(ValidationError, match=r"frequency must be an event count .* got float"):
+    with pytest.raises(ValidationError, match=r"frequency must be an event count .* got 3.0 \(float\)"):
         AdvanceTimeGenerationSettings(3.0)
 
 
 @pytest.mark.parametrize(
-    ("size", "hop"),
-    [("10 seconds", "5 seconds"), (timedelta(seconds=10), timedelta(seconds=5))],
+    "spell",
+    [
+        lambda seconds: f"{seconds} seconds",
+        lambda seconds: timedelta(seconds=seconds),
+        lambda seconds: TICK * (seconds * S),
+    ],
+    ids=["string", "timedelta", "ticks"],
 )
-def test_strings_and_timedeltas_give_the_same_windows(app, size, hop):
+def test_every_spelling_builds_the_same_plan(spark, spell):
+    s = _stream()
+    agg = {"n": F.count("*")}
+    hopping = s.hopping_window(spell(10), spell(5)).aggregate(**agg).node
+    assert (hopping.size, hopping.hop) == (10 * S, 5 * S)
+    tumbling = s.tumbling_window(spell(10)).aggregate(**agg).node
+    assert (tumbling.size, tumbling.hop) == (10 * S, 10 * S)
+    assert s.shift_event_time(spell(-3)).node.shift == -3 * S
+    assert s.alter_event_duration(spell(2)).node.duration == 2 * S
+    assert s.alter_event_lifetime(lambda c: c, spell(2)).node.duration == 2 * S
+
+
+def test_a_hopping_window_spelled_in_strings_runs_on_spark(app):
     script = EventScript()
     for t in (1, 7, 12):
         script.insert("a", point(t * S, {"k": "a", "v": float(t)}))
-    every = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, True))
+    every = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, "0 seconds", True))
     out, _ = spark_run(
         app,
         script,
         {"a": In(settings=every)},
-        lambda s: s["a"].hopping_window(size, hop).aggregate(n=F.count("*")),
+        lambda s: s["a"].hopping_window("10 seconds", "5 seconds").aggregate(n=F.count("*")),
         EventShape.INTERVAL,
         epochs=[2],
     )
-    n = [e for e in out if e.kind.name == "INSERT"]
     # Windows [k*5 s, k*5 s + 10 s): the point at 1 s is in [-5, 5) and [0, 10); 7 s in
     # [0, 10) and [5, 15); 12 s in [5, 15) and [10, 20).
-    assert [(e.start // S, e.end // S, e.payload["n"]) for e in n] == [
-        (-5, 5, 1),
-        (0, 10, 2),
-        (5, 15, 2),
-        (10, 20, 1),
+    assert [e for e in out if e.kind.name == "INSERT"] == [
+        interval(-5 * S, 5 * S, {"n": 1}),
+        interval(0, 10 * S, {"n": 2}),
+        interval(5 * S, 15 * S, {"n": 2}),
+        interval(10 * S, 20 * S, {"n": 1}),
     ]
     assert out[-1] == cti(MAX_TIME)
-    assert interval(0, 10 * S, {"n": 2}) in out
+
+
+@pytest.mark.parametrize("name", ["trigger", "idle_timeout"])
+def test_query_start_takes_durations_and_refuses_bare_numbers(app, name):
+    script = EventScript()
+    script.end("a")
+    stream = Stream.create(
+        "a",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=script, schema="v int"),
+        EventShape.POINT,
+    )
+    query = stream.to_query(
+        app,
+        f"start-{name}",
+        MemoryOutputFactory(),
+        MemoryOutputConfig(name=f"start-{name}"),
+        EventShape.POINT,
+    )
+    try:
+        with pytest.raises(
+            TypeError, match=f"Query.start\\(\\): {name} must be a duration; got the bare number 10"
+        ):
+            query.start(**{name: 10})
+    finally:
+        app.queries.pop(f"start-{name}", None)
+
+
+def test_connector_timeouts_take_strings_and_refuse_bare_numbers():
+    config = KafkaInputConfig(
+        bootstrap_servers="h:9092", topic="t", schema="v int", request_timeout="2 seconds"
+    )
+    assert config.request_timeout == timedelta(seconds=2)
+    with pytest.raises(ValidationError, match="KafkaInputConfig: retry_backoff must be a duration"):
+        KafkaInputConfig(bootstrap_servers="h:9092", topic="t", schema="v int", retry_backoff=0.5)
+    hub = EventHubInputConfig(
+        connection_string="Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;"
+        "SharedAccessKey=x",
+        eventhub_name="h",
+        schema="v int",
+        receive_timeout="1 minute",
+    )
+    assert hub.receive_timeout == timedelta(minutes=1)

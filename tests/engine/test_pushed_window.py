@@ -19,6 +19,7 @@ from ctistream.adapters.memory import (
 )
 from ctistream.bindings import Stream
 from ctistream.engine import (
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
@@ -81,7 +82,7 @@ def test_a_tumbling_window_aggregated_in_the_scan_gives_the_hand_checked_results
     settings = AdvanceTimeSettings(EXPLICIT.generation, policy=AdvanceTimePolicy.DROP)
     out = (
         _input(script, settings=settings)
-        .tumbling_window(10)
+        .tumbling_window(TICK * 10)
         .group_by("k")
         .aggregate(
             n=F.count("*"),
@@ -145,7 +146,7 @@ def test_partial_aggregates_from_the_scan_equal_those_computed_in_spark(app, pol
             else interval(t, t + rng.randint(1, 25), payload)
         )
         script.insert("a", event, partition=f"p{i % 2}")
-    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(2, 1), policy=policy)
+    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(2, TICK), policy=policy)
     aggregates = {
         "n": F.count("*"),
         "c": F.count("v"),
@@ -200,7 +201,7 @@ def test_which_windows_are_aggregated_in_the_scan(app, case, pushed):
     script.cti("a", 20)
     collated = "k bigint, v bigint, s string collate UTF8_LCASE, x double"
     s = _input(script, shape, schema=collated if "collated" in case else SCHEMA)
-    window = s.tumbling_window(10)
+    window = s.tumbling_window(TICK * 10)
     by_k = window.group_by("x" if case == "double key" else "k")
     aggregate = {
         "max of double": F.max("x"),
@@ -210,9 +211,11 @@ def test_which_windows_are_aggregated_in_the_scan(app, case, pushed):
     }.get(case, F.count("*"))
     out = by_k.aggregate(a=aggregate)
     if case == "read twice":
-        out = out.union(s.alter_event_duration(10).select("k"))
+        out = out.union(s.alter_event_duration(TICK * 10).select("k"))
     if case == "after a filter":
-        out = s.where(F.col("v") > 0).tumbling_window(10).group_by("k").aggregate(a=aggregate)
+        out = (
+            s.where(F.col("v") > 0).tumbling_window(TICK * 10).group_by("k").aggregate(a=aggregate)
+        )
     query, sink = _query(app, out)
     try:
         assert bool(query._runtime._pushed) is pushed
@@ -227,7 +230,7 @@ def test_an_integer_sum_that_leaves_bigint_fails_in_the_scan_as_in_spark(app):
     script.cti("a", 20)
     for trace in (False, True):
         with pytest.raises(Exception) as got:
-            _run(app, _input(script).tumbling_window(10).aggregate(s=F.sum("v")), 1, trace)
+            _run(app, _input(script).tumbling_window(TICK * 10).aggregate(s=F.sum("v")), 1, trace)
         assert ("outside bigint" if not trace else "ARITHMETIC_OVERFLOW") in str(got.value)
         if not trace:  # what, where, got, expected and the fix
             for part in ("input 'a'", "column 'v'", "starting at 0 ticks", str(2**63 + 2)):
@@ -241,7 +244,7 @@ def test_windows_of_an_event_at_the_end_of_the_time_range_fail_in_the_scan_as_in
     script.cti("a", 20)
     for trace in (False, True):
         with pytest.raises(Exception) as got:
-            _run(app, _input(script).tumbling_window(10).aggregate(n=F.count("*")), 1, trace)
+            _run(app, _input(script).tumbling_window(TICK * 10).aggregate(n=F.count("*")), 1, trace)
         assert ("overflow bigint" if not trace else "ARITHMETIC_OVERFLOW") in str(got.value)
         if not trace:
             assert "input 'a'" in str(got.value) and "Fix: " in str(got.value)
