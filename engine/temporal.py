@@ -1,8 +1,10 @@
 """Application time: int64 ticks of one microsecond since the Unix epoch, UTC.
 
 Semantics §1. Inside the engine every time value is a plain ``int``; the public API also takes
-timezone-aware :class:`datetime.datetime` and :class:`datetime.timedelta` values, converted here.
-A naive ``datetime`` is refused: guessing its zone would make results depend on the machine.
+timezone-aware :class:`datetime.datetime` moments, and takes durations only as
+:class:`datetime.timedelta` values or Spark-style interval strings (``"10 seconds"``), converted
+here. A naive ``datetime`` is refused: guessing its zone would make results depend on the machine;
+a bare number as a duration too: ``5`` and ``5.0`` must never mean different units.
 """
 
 from __future__ import annotations

@@ -144,12 +144,13 @@ def test_a_join_or_union_of_streams_with_the_same_key_keeps_it():
         ),
         (
             lambda s: s.tumbling_window(TICK * 10).aggregate(n=F.count("*")),
-            "tumbling_window(10).aggregate(n)",
+            "tumbling_window(datetime.timedelta(microseconds=10)).aggregate(n)",
             ".group_by('k')",
         ),
         (
             lambda s: s.hopping_window(TICK * 10, TICK * 5).group_by("j").aggregate(n=F.count("*")),
-            "hopping_window(10, 5).group_by('j').aggregate(n)",
+            "hopping_window(datetime.timedelta(microseconds=10), "
+            "datetime.timedelta(microseconds=5)).group_by('j').aggregate(n)",
             ".group_by('j', 'k')",
         ),
         (

@@ -303,7 +303,7 @@ def test_a_template_input_takes_ordering_from_the_binder(app):
 
 
 def test_bad_ordering_settings_say_what_was_expected_and_how_to_fix():
-    with pytest.raises(ValidationError, match=r"zero or positive; got -0:00:01.*Fix"):
+    with pytest.raises(ValidationError, match=r"zero or positive; got .*-1000000 ticks.*Fix"):
         EventOrderingSettings(late_arrival_tolerance=timedelta(seconds=-1))
     with pytest.raises(ValidationError, match=r"needs an event-time column.*Fix"):
         EventOrderingSettings(event_time=None, over="device_id")

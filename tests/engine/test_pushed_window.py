@@ -162,7 +162,7 @@ def test_partial_aggregates_from_the_scan_equal_those_computed_in_spark(app, pol
     }
 
     def build():
-        windows = _input(script, shape, settings, WIDE).hopping_window(*grid)
+        windows = _input(script, shape, settings, WIDE).hopping_window(*(TICK * n for n in grid))
         return windows.group_by("k").aggregate(**aggregates)
 
     in_scan, pushed, metrics = _run(app, build(), [25, 50, 70])
