@@ -122,8 +122,8 @@ from ctistream.adapters.base import (
 from ctistream.engine.errors import EngineError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import EventShape, cti
 from ctistream.engine.settings import AdapterAdvanceTimeSettings
-from ctistream.engine.temporal import format_ticks
-from pydantic import BeforeValidator, Field, SecretStr, model_validator
+from ctistream.engine.temporal import format_ticks, to_duration
+from pydantic import BeforeValidator, Field, SecretStr, ValidationInfo, model_validator
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
@@ -203,13 +203,11 @@ class _ClientFailed(Exception):
 # ---------------------------------------------------------------------------------------------
 
 
-def _timeout(value: Any) -> Any:
-    if not isinstance(value, timedelta):
-        raise ValueError(
-            f"must be a timedelta, e.g. timedelta(seconds=10); got {type(value).__name__} "
-            f"{value!r} (numbers are never guessed to be seconds or ticks)"
-        )
-    return value
+def _timeout(value: Any, info: ValidationInfo) -> Any:
+    # A duration as everywhere (semantics §1): a timedelta or "10 seconds", never a bare number.
+    return to_duration(
+        value, name=str(info.field_name), owner=str((info.config or {}).get("title", "config"))
+    )
 
 
 _Timeout = Annotated[timedelta, BeforeValidator(_timeout)]

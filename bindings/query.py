@@ -10,7 +10,7 @@ from typing import Any
 
 from ctistream.engine.runtime import Runtime
 from ctistream.engine.streaming import Streamer
-from ctistream.engine.temporal import iso_time
+from ctistream.engine.temporal import iso_time, to_duration_ticks
 from ctistream.engine.timeline import Timeline
 from ctistream.engine.trace import Trace
 
@@ -68,12 +68,12 @@ class Query:
 
     def start(
         self,
-        trigger: timedelta | None = timedelta(milliseconds=200),
+        trigger: timedelta | str | None = timedelta(milliseconds=200),
         *,
         checkpoint: str | PathLike[str] | None = None,
         checkpoint_every: int = 10,
         max_offsets_per_epoch: int | None = None,
-        idle_timeout: timedelta | None = None,
+        idle_timeout: timedelta | str | None = None,
     ) -> None:
         """Run epochs continuously until :meth:`stop`: every ``trigger`` (at most; an epoch
         that takes longer starts the next one right after it), each over what the inputs hold
@@ -91,7 +91,11 @@ class Query:
         ``idle_timeout``: an input that generates its CTIs and has had nothing new for this
         long advances by time-driven CTIs: the wall clock minus its late-arrival tolerance
         (ordering settings) or its generation delay (semantics §7); logged for replay.
+        ``trigger`` and ``idle_timeout`` are durations: a ``timedelta`` or a string such as
+        ``"30 seconds"`` (semantics §1).
         """
+        wait = None if trigger is None else _seconds(trigger, "trigger")
+        idle = None if idle_timeout is None else _seconds(idle_timeout, "idle_timeout")
         running = self._streamer
         if running is not None and not running.stopped:
             if running.error is None:
@@ -107,10 +111,10 @@ class Query:
             None if checkpoint is None else os.path.abspath(checkpoint),
             checkpoint_every,
             max_offsets_per_epoch,
-            None if idle_timeout is None else idle_timeout.total_seconds(),
+            idle,
         )
-        if trigger is not None:
-            self._streamer.start(trigger.total_seconds())
+        if wait is not None:
+            self._streamer.start(wait)
 
     def step(self) -> None:
         """Run one epoch now (a query started with ``trigger=None``)."""
@@ -186,3 +190,9 @@ class Query:
         """Wall clock minus the latest output CTI (semantics §8), or None while there is none
         (-inf) or the output is flushed (+inf). Per input and per key: ``metrics()``."""
         return self._runtime.watermark_delay()
+
+
+def _seconds(value: timedelta | str, name: str) -> float:
+    """A wall-clock duration of :meth:`Query.start` in seconds, for the streaming loop."""
+    ticks = to_duration_ticks(value, name=name, owner="Query.start()", min_ticks=0)
+    return ticks / 1_000_000

@@ -36,13 +36,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 
-def _positive(value: timedelta | int, what: str) -> int:
-    ticks = to_duration_ticks(value, what=what)
-    if ticks < 1:
-        raise ValueError(
-            f"{what} must be at least 1 tick (1 µs); got {value!r}. Fix: pass a positive timedelta"
-        )
-    return ticks
+def _positive(value: timedelta | str, name: str, owner: str) -> int:
+    return to_duration_ticks(value, name=name, owner=owner, min_ticks=1)
 
 
 def _keys(on: str | Sequence[str], what: str) -> tuple[str, ...]:
@@ -530,19 +525,20 @@ class Stream:
         node = UnionNode((self._node, *(o.node for o in others)), call=call)
         return self._then(node, rule, *others)
 
-    def shift_event_time(self, delta: timedelta | int) -> Stream:
-        """Move every event by ``delta`` (``[start + d, end + d)``); CTIs move by ``delta`` too."""
-        return self._then(
-            LifetimeNode(self._node, shift=to_duration_ticks(delta, what="delta")), _keep
-        )
+    def shift_event_time(self, delta: timedelta | str) -> Stream:
+        """Move every event by ``delta`` (``[start + d, end + d)``); CTIs move by ``delta`` too.
+        ``delta`` is a duration (semantics §1), and may be negative."""
+        shift = to_duration_ticks(delta, name="delta", owner="shift_event_time()")
+        return self._then(LifetimeNode(self._node, shift=shift), _keep)
 
-    def alter_event_duration(self, duration: timedelta | int) -> Stream:
+    def alter_event_duration(self, duration: timedelta | str) -> Stream:
         """Give every event the lifetime ``[start, start + duration)``; CTIs are unchanged.
-        START edges become intervals at once."""
-        return self._then(LifetimeNode(self._node, duration=_positive(duration, "duration")), _keep)
+        START edges become intervals at once. ``duration``: a positive duration (§1)."""
+        ticks = _positive(duration, "duration", "alter_event_duration()")
+        return self._then(LifetimeNode(self._node, duration=ticks), _keep)
 
     def alter_event_lifetime(
-        self, start_fn: Callable[[Column], Column], duration: timedelta | int
+        self, start_fn: Callable[[Column], Column], duration: timedelta | str
     ) -> Stream:
         """``start = start_fn(start)``, ``end = start + duration``; CTIs become ``start_fn(c)``.
 
@@ -559,7 +555,7 @@ class Stream:
         node = LifetimeNode(
             self._node,
             start_fn=start_fn,
-            duration=_positive(duration, "duration"),
+            duration=_positive(duration, "duration", "alter_event_lifetime()"),
             call=f"alter_event_lifetime({name}, {duration!r})",
         )
         return self._then(node, _keep)
@@ -569,25 +565,27 @@ class Stream:
         return self._then(LifetimeNode(self._node, duration=1), _keep)
 
     def tumbling_window(
-        self, size: timedelta | int, *, output: WindowOutput = WindowOutput.WINDOW
+        self, size: timedelta | str, *, output: WindowOutput = WindowOutput.WINDOW
     ) -> WindowedStream:
-        """Windows ``[k * size, (k + 1) * size)``; follow with ``group_by`` and ``aggregate``."""
-        ticks = _positive(size, "size")
+        """Windows ``[k * size, (k + 1) * size)``; follow with ``group_by`` and ``aggregate``.
+        ``size``: a positive duration (semantics §1), e.g. ``"1 minute"``."""
+        ticks = _positive(size, "size", "tumbling_window()")
         call = _call("tumbling_window", size)
         return WindowedStream(self, ticks, ticks, WindowOutput(output), call=call)
 
     def hopping_window(
         self,
-        size: timedelta | int,
-        hop: timedelta | int,
+        size: timedelta | str,
+        hop: timedelta | str,
         *,
         output: WindowOutput = WindowOutput.WINDOW,
     ) -> WindowedStream:
-        """Windows ``[k * hop, k * hop + size)``; an event counts in every window it overlaps."""
+        """Windows ``[k * hop, k * hop + size)``; an event counts in every window it overlaps.
+        ``size`` and ``hop``: positive durations (semantics §1)."""
         return WindowedStream(
             self,
-            _positive(size, "size"),
-            _positive(hop, "hop"),
+            _positive(size, "size", "hopping_window()"),
+            _positive(hop, "hop", "hopping_window()"),
             WindowOutput(output),
             call=_call("hopping_window", size, hop),
         )

@@ -6,18 +6,20 @@ Frozen, validated pydantic models. As in StreamInsight they can be built positio
     AdvanceTimeGenerationSettings(10, timedelta(seconds=5), True)
     AdvanceTimeSettings(None, AdvanceTimeImportSettings("dataStream"), AdvanceTimePolicy.ADJUST)
 
-Durations are ``timedelta`` or ``int`` ticks (1 tick = 1 µs); an ``int`` is never read as seconds.
-The code that applies the settings lives in :mod:`engine.ingress`.
+Durations are ``timedelta`` or Spark-style interval strings (``"5 seconds"``), read by
+:func:`engine.temporal.to_duration_ticks` and stored as ``timedelta``; a bare number is refused
+(semantics §1), except a generation ``frequency``, where an ``int`` is an event count. The code
+that applies the settings lives in :mod:`engine.ingress`.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Any
 
 from ctistream.engine._model import Choice, Model
-from ctistream.engine.temporal import TICK, to_duration_ticks
-from pydantic import BeforeValidator, ConfigDict, field_validator, model_validator
+from ctistream.engine.temporal import TICK, to_duration
+from pydantic import ConfigDict, ValidationInfo, field_validator, model_validator
 
 __all__ = [
     "AdapterAdvanceTimeSettings",
@@ -40,15 +42,18 @@ class AdvanceTimePolicy(Choice):
     ADJUST = "ADJUST"
 
 
-def _ticks_to_timedelta(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError(f"must be a timedelta or int ticks, got bool {value!r}")
-    if isinstance(value, int):
-        return timedelta(microseconds=value)
-    return value
+def _duration(value: Any, info: ValidationInfo, owner: str, min_ticks: int | None = None) -> Any:
+    """A settings field's duration as a ``timedelta`` (None stays None)."""
+    if value is None:
+        return value
+    return to_duration(value, name=str(info.field_name), owner=owner, min_ticks=min_ticks)
 
 
-_Duration = Annotated[timedelta, BeforeValidator(_ticks_to_timedelta)]
+def _ticks(value: timedelta) -> int:
+    """A validated ``timedelta`` field as ticks (exact: timedelta counts whole microseconds)."""
+    return value // TICK
+
+
 _FROZEN = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=False)
 
 
@@ -66,13 +71,13 @@ class AdvanceTimeGenerationSettings(Model):
     model_config = _FROZEN
 
     frequency: int | timedelta
-    delay: _Duration = timedelta(0)
+    delay: timedelta = timedelta(0)
     flush_on_stop: bool = False
 
     def __init__(
         self,
-        frequency: int | timedelta | None = None,
-        delay: timedelta | int = timedelta(0),
+        frequency: int | timedelta | str | None = None,
+        delay: timedelta | str = timedelta(0),
         flush_on_stop: bool = False,
         /,
         **kwargs: Any,
@@ -85,24 +90,28 @@ class AdvanceTimeGenerationSettings(Model):
 
     @field_validator("frequency", mode="before")
     @classmethod
-    def _check_frequency(cls, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | timedelta):
+    def _check_frequency(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 1:
+                raise ValueError(
+                    f"AdvanceTimeGenerationSettings: frequency as an event count must be >= 1; "
+                    f"got {value}. Fix: use 1 for a CTI after every event"
+                )
+            return value
+        if not isinstance(value, timedelta | str):
             raise ValueError(
-                f"frequency must be an event count (int >= 1) or a positive timedelta; got "
-                f"{value!r}. Fix: AdvanceTimeGenerationSettings(10) or "
-                "AdvanceTimeGenerationSettings(timedelta(seconds=1))"
+                f"AdvanceTimeGenerationSettings: frequency must be an event count (int >= 1) or "
+                f"a time span (a timedelta or a Spark-style interval string); got "
+                f"{value!r} ({type(value).__name__}). Fix: AdvanceTimeGenerationSettings(10) or "
+                "AdvanceTimeGenerationSettings(timedelta(seconds=1)) or "
+                'AdvanceTimeGenerationSettings("1 second")'
             )
-        if isinstance(value, int) and value < 1:
-            raise ValueError(
-                f"frequency as an event count must be >= 1; got {value}. "
-                "Fix: use 1 for a CTI after every event"
-            )
-        if isinstance(value, timedelta) and value < TICK:
-            raise ValueError(
-                f"frequency as a time span must be at least 1 tick (1 µs); got {value!r}. "
-                "Fix: pass a positive timedelta"
-            )
-        return value
+        return _duration(value, info, "AdvanceTimeGenerationSettings", min_ticks=1)
+
+    @field_validator("delay", mode="before")
+    @classmethod
+    def _check_delay(cls, value: Any, info: ValidationInfo) -> Any:
+        return _duration(value, info, "AdvanceTimeGenerationSettings")
 
     @property
     def by_count(self) -> bool:
@@ -114,11 +123,11 @@ class AdvanceTimeGenerationSettings(Model):
         """The frequency as an event count or, for a time span, as ticks."""
         if isinstance(self.frequency, int):
             return self.frequency
-        return to_duration_ticks(self.frequency)
+        return _ticks(self.frequency)
 
     @property
     def delay_ticks(self) -> int:
-        return to_duration_ticks(self.delay)
+        return _ticks(self.delay)
 
 
 class AdvanceTimeImportSettings(Model):
@@ -191,7 +200,7 @@ class AdvanceTimeSettings(Model):
         return cls(AdvanceTimeGenerationSettings(1, -TICK, True), None, AdvanceTimePolicy.DROP)
 
     @classmethod
-    def unordered_start_time(cls, delay: timedelta | int) -> AdvanceTimeSettings:
+    def unordered_start_time(cls, delay: timedelta | str) -> AdvanceTimeSettings:
         """For events up to ``delay`` out of order: a CTI ``delay`` behind each event, Drop."""
         return cls(AdvanceTimeGenerationSettings(1, delay, True), None, AdvanceTimePolicy.DROP)
 
@@ -265,15 +274,15 @@ class EventOrderingSettings(Model):
     ``over``: a key column: every key gets its own watermark and policies (ASA substreams).
     ``flush_on_stop``: a CTI at ``+inf`` follows the last event when the input ends or the query
     stops, as :class:`AdvanceTimeGenerationSettings`. Point inputs only. Durations are
-    ``timedelta`` or ``int`` ticks (1 tick = 1 µs) and may not be negative.
+    ``timedelta`` or Spark-style interval strings (``"5 seconds"``) and may not be negative.
     """
 
     model_config = _FROZEN
 
     event_time: str | None = "event_time"
-    out_of_order_tolerance: _Duration = timedelta(0)
-    late_arrival_tolerance: _Duration = timedelta(seconds=5)
-    early_arrival_window: _Duration | None = timedelta(minutes=5)
+    out_of_order_tolerance: timedelta = timedelta(0)
+    late_arrival_tolerance: timedelta = timedelta(seconds=5)
+    early_arrival_window: timedelta | None = timedelta(minutes=5)
     action: OrderingAction = OrderingAction.ADJUST
     over: str | None = None
     flush_on_stop: bool = False
@@ -299,16 +308,11 @@ class EventOrderingSettings(Model):
         )
 
     @field_validator(
-        "out_of_order_tolerance", "late_arrival_tolerance", "early_arrival_window", mode="after"
+        "out_of_order_tolerance", "late_arrival_tolerance", "early_arrival_window", mode="before"
     )
     @classmethod
-    def _not_negative(cls, value: timedelta | None, info: Any) -> timedelta | None:
-        if value is not None and value < timedelta(0):
-            raise ValueError(
-                f"{info.field_name} must be zero or positive; got -{-value} (a negative "
-                "duration). Fix: pass a timedelta >= 0, e.g. timedelta(seconds=5)"
-            )
-        return value
+    def _check_durations(cls, value: Any, info: ValidationInfo) -> Any:
+        return _duration(value, info, "EventOrderingSettings", min_ticks=0)
 
     @model_validator(mode="after")
     def _over_needs_event_time(self) -> EventOrderingSettings:
@@ -322,17 +326,17 @@ class EventOrderingSettings(Model):
 
     @property
     def out_of_order_ticks(self) -> int:
-        return to_duration_ticks(self.out_of_order_tolerance)
+        return _ticks(self.out_of_order_tolerance)
 
     @property
     def late_ticks(self) -> int:
-        return to_duration_ticks(self.late_arrival_tolerance)
+        return _ticks(self.late_arrival_tolerance)
 
     @property
     def early_ticks(self) -> int | None:
         if self.early_arrival_window is None:
             return None
-        return to_duration_ticks(self.early_arrival_window)
+        return _ticks(self.early_arrival_window)
 
 
 class Versions(Model):

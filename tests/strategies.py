@@ -9,6 +9,7 @@ from ctistream.adapters.memory import EventScript
 from ctistream.engine import (
     MAX_TIME,
     MIN_TIME,
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
@@ -59,7 +60,7 @@ class Case:
 generations = st.builds(
     AdvanceTimeGenerationSettings,
     st.one_of(st.integers(1, 4), st.sampled_from([5, 10]).map(lambda t: timedelta(microseconds=t))),
-    st.sampled_from([-1, 0, 3]),
+    st.sampled_from([-TICK, TICK * 0, TICK * 3]),
     st.booleans(),
 )
 policies = st.sampled_from([AdvanceTimePolicy.DROP, AdvanceTimePolicy.ADJUST])

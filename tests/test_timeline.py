@@ -23,6 +23,7 @@ from ctistream.adapters.memory import (
 )
 from ctistream.bindings import Stream
 from ctistream.engine import (
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
@@ -503,7 +504,7 @@ def test_the_timeline_draws_each_keys_cti(app, tmp_path):
     s.end("kin", arrival=200)
     ordering = EventOrderingSettings(
         event_time="t",
-        late_arrival_tolerance=100,
+        late_arrival_tolerance=TICK * 100,
         early_arrival_window=None,
         over="k",
         flush_on_stop=True,
@@ -517,7 +518,7 @@ def test_the_timeline_draws_each_keys_cti(app, tmp_path):
     )
     name = f"timeline{next(_names)}"
     query = (
-        stream.tumbling_window(10)
+        stream.tumbling_window(TICK * 10)
         .group_by("k")
         .aggregate(n=F.count("*"))
         .to_query(app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT)

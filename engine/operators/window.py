@@ -43,6 +43,7 @@ read) instead of its events, for the aggregates Arrow computes as Spark does (:f
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from ctistream.engine._model import Choice
@@ -482,9 +483,10 @@ _ORDERED = frozenset(
 
 
 def _where(spec: WindowSpec) -> str:
+    size, hop = timedelta(microseconds=spec.size), timedelta(microseconds=spec.hop)
     if spec.hop == spec.size:
-        return f"tumbling_window({spec.size})"
-    return f"hopping_window({spec.size}, {spec.hop})"
+        return f"tumbling_window({size!r})"
+    return f"hopping_window({size!r}, {hop!r})"
 
 
 def exact_aggregates(

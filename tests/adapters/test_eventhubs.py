@@ -175,7 +175,7 @@ def test_configs_are_validated_and_keep_secrets_secret():
             time_field="ts",
             end_field="ts",
         )
-    with pytest.raises(ValidationError, match="must be a timedelta"):
+    with pytest.raises(ValidationError, match="receive_timeout must be a duration; got the bare"):
         EventHubInputConfig(
             connection_string=CONN, eventhub_name="h", schema=SCHEMA, receive_timeout=10
         )

@@ -25,7 +25,7 @@ from ctistream.adapters import (
 )
 from ctistream.adapters.memory import MemoryOutputConfig, MemoryOutputFactory
 from ctistream.bindings import Stream
-from ctistream.engine import EventShape, QueryBuildError, cti, interval, point
+from ctistream.engine import TICK, EventShape, QueryBuildError, cti, interval, point
 from pydantic import BaseModel, ConfigDict
 from pyspark.sql import functions as F
 
@@ -233,7 +233,7 @@ def test_a_query_over_a_ported_push_adapter(app, tmp_path, epochs):
     stream = Stream.create(
         "nums", ListFactory(), ListConfig(rows=rows, trace=str(trace)), EventShape.POINT
     )
-    windows = stream.tumbling_window(30).aggregate(n=F.count("*"), total=F.sum("v"))
+    windows = stream.tumbling_window(TICK * 30).aggregate(n=F.count("*"), total=F.sum("v"))
     sink = f"push-{epochs}"
     query = windows.to_query(
         app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.INTERVAL

@@ -14,6 +14,7 @@ from ctistream.adapters.memory import (
 from ctistream.bindings import Application, Query, QueryBinder, QueryTemplate, Stream
 from ctistream.engine import (
     MAX_TIME,
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
@@ -42,7 +43,7 @@ def _template(name: str) -> QueryTemplate:
     return QueryTemplate(
         name,
         readings.where(F.col("v") >= 2)
-        .tumbling_window(10)
+        .tumbling_window(TICK * 10)
         .aggregate(n=F.count("*"), total=F.sum("v")),
         "readings of at least 2, per 10 ticks",
     )
@@ -82,7 +83,7 @@ def test_two_queries_from_one_template_with_different_bindings(app, tmp_path):
             Readings(),
             ListConfig(rows=rows, trace=str(tmp_path / "trace")),
             EventShape.POINT,
-            AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True)),
+            AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, True)),
         )
         .add_consumer("out", *_out("binder-b"))
     )

@@ -21,6 +21,7 @@ from ctistream.adapters.memory import (
 from ctistream.bindings import QueryBinder, QueryTemplate, Stream
 from ctistream.engine import (
     MAX_TIME,
+    TICK,
     EventOrderingSettings,
     EventShape,
     QueryBuildError,
@@ -65,9 +66,9 @@ def test_an_input_split_by_over_has_that_key_and_others_have_none():
     [
         lambda s: s.where(F.col("v") > 1),
         lambda s: s.where("v > 1"),
-        lambda s: s.shift_event_time(5),
-        lambda s: s.alter_event_duration(5),
-        lambda s: s.alter_event_lifetime(lambda t: t - t % 10, 5),
+        lambda s: s.shift_event_time(TICK * 5),
+        lambda s: s.alter_event_duration(TICK * 5),
+        lambda s: s.alter_event_lifetime(lambda t: t - t % 10, TICK * 5),
         lambda s: s.to_point(),
         lambda s: s.select("k", "v"),
         lambda s: s.select("`k`"),
@@ -76,14 +77,16 @@ def test_an_input_split_by_over_has_that_key_and_others_have_none():
         lambda s: s.select(F.col("k"), (F.col("v") * 2).alias("v2")),
         lambda s: s.select(F.col("k").alias("k")),
         lambda s: s.select(F.expr("k"), "v"),
-        lambda s: s.tumbling_window(10).group_by("k").aggregate(n=F.count("*")),
-        lambda s: s.hopping_window(10, 5).group_by("j", "k").aggregate(n=F.count("*")),
+        lambda s: s.tumbling_window(TICK * 10).group_by("k").aggregate(n=F.count("*")),
+        lambda s: (
+            s.hopping_window(TICK * 10, TICK * 5).group_by("j", "k").aggregate(n=F.count("*"))
+        ),
         lambda s: s.snapshot_window().group_by("k").aggregate(n=F.count("*")),
         lambda s: s.join(_input("ref", over=None), on="k"),
         lambda s: _input("ref", over=None).join(s, on=["j", "k"]),
         lambda s: s.anti_join(_input("ref", over=None), on="k"),
         lambda s: _input("ref", over=None).anti_join(s, on="k"),
-        lambda s: s.where("v > 0").select("k", "t").to_point().shift_event_time(1),
+        lambda s: s.where("v > 0").select("k", "t").to_point().shift_event_time(TICK),
     ],
     ids=[
         "where-column",
@@ -140,13 +143,14 @@ def test_a_join_or_union_of_streams_with_the_same_key_keeps_it():
             "add 'k' to the select",
         ),
         (
-            lambda s: s.tumbling_window(10).aggregate(n=F.count("*")),
-            "tumbling_window(10).aggregate(n)",
+            lambda s: s.tumbling_window(TICK * 10).aggregate(n=F.count("*")),
+            "tumbling_window(datetime.timedelta(microseconds=10)).aggregate(n)",
             ".group_by('k')",
         ),
         (
-            lambda s: s.hopping_window(10, 5).group_by("j").aggregate(n=F.count("*")),
-            "hopping_window(10, 5).group_by('j').aggregate(n)",
+            lambda s: s.hopping_window(TICK * 10, TICK * 5).group_by("j").aggregate(n=F.count("*")),
+            "hopping_window(datetime.timedelta(microseconds=10), "
+            "datetime.timedelta(microseconds=5)).group_by('j').aggregate(n)",
             ".group_by('j', 'k')",
         ),
         (
@@ -193,8 +197,8 @@ def test_an_operator_that_loses_the_key_fails_where_it_is_called(spark, build, c
 
 def test_the_error_names_the_side_and_the_operator_called_not_an_earlier_one(spark):
     a = _input("a")
-    kept = a.where("v > 0").shift_event_time(3).select("k", "v")  # nothing lost yet
-    windowed = kept.tumbling_window(10).group_by("v")  # nor here: the window is not made yet
+    kept = a.where("v > 0").shift_event_time(TICK * 3).select("k", "v")  # nothing lost yet
+    windowed = kept.tumbling_window(TICK * 10).group_by("v")  # nor here: the window is not made yet
     with pytest.raises(QueryBuildError, match=r"^tumbling_window\(10\)\.group_by\('v'\)"):
         windowed.aggregate(total=F.sum("v"))
     with pytest.raises(QueryBuildError) as error:
@@ -247,7 +251,7 @@ def _bind(app, template: QueryTemplate, over: str | None):
 def test_a_template_that_loses_a_key_given_at_binding_fails_in_create_query(app):
     readings = Stream.input("in", SCHEMA)
     template = QueryTemplate(
-        "per-j", readings.tumbling_window(10).group_by("j").aggregate(n=F.count("*"))
+        "per-j", readings.tumbling_window(TICK * 10).group_by("j").aggregate(n=F.count("*"))
     )
     assert template.stream.substream_key is None  # unknown until bound
     name, binder = _bind(app, template, over="k")
@@ -271,7 +275,7 @@ def test_a_template_that_loses_a_key_given_at_binding_fails_in_create_query(app)
 
 def test_a_merge_in_a_template_is_honoured_when_bound(app):
     merged = Stream.input("in", SCHEMA).merge_substreams()
-    template = QueryTemplate("merged", merged.tumbling_window(10).aggregate(n=F.count("*")))
+    template = QueryTemplate("merged", merged.tumbling_window(TICK * 10).aggregate(n=F.count("*")))
     name, binder = _bind(app, template, over="k")
     try:
         app.create_query(name, binder)
@@ -305,7 +309,7 @@ def _script() -> EventScript:
 def _run(app, build, script: EventScript | None = None, late: int = 10) -> list:
     ordering = EventOrderingSettings(
         event_time="t",
-        late_arrival_tolerance=late,
+        late_arrival_tolerance=TICK * late,
         early_arrival_window=None,
         over="k",
         flush_on_stop=True,
@@ -330,7 +334,7 @@ def _run(app, build, script: EventScript | None = None, late: int = 10) -> list:
 
 def test_a_keyed_window_grouped_by_the_key_runs(app):
     def build(s: Stream) -> Stream:
-        out = s.tumbling_window(10).group_by("k").aggregate(n=F.count("*"), total=F.sum("v"))
+        out = s.tumbling_window(TICK * 10).group_by("k").aggregate(n=F.count("*"), total=F.sum("v"))
         assert out.substream_key == "k"
         return out
 
@@ -351,7 +355,7 @@ def test_a_merged_stream_drops_the_key_and_runs(app):
         out = (
             s.merge_substreams()
             .select("t", "v")
-            .tumbling_window(10)
+            .tumbling_window(TICK * 10)
             .aggregate(n=F.count("*"), total=F.sum("v"))
         )
         assert out.substream_key is None
@@ -378,7 +382,7 @@ def _fast_and_slow() -> EventScript:
 
 
 def _count_per_window(s: Stream) -> Stream:
-    return s.tumbling_window(10).group_by("k").aggregate(n=F.count("*"))
+    return s.tumbling_window(TICK * 10).group_by("k").aggregate(n=F.count("*"))
 
 
 def test_a_keys_window_is_released_by_its_own_watermark_before_the_input_cti(app):

@@ -15,6 +15,7 @@ from ctistream.adapters.memory import (
 from ctistream.bindings import Stream
 from ctistream.engine import (
     MAX_TIME,
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimeSettings,
     EventShape,
@@ -29,8 +30,10 @@ from pyspark.sql import functions as F
 from tests.harness import In, spark_run
 from tests.reference import AntiJoin, Binding, Input, Window, run_reference
 
-EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # CTI at each start
-NEVER = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))  # explicit CTIs only
+EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, True))  # CTI at each start
+NEVER = AdvanceTimeSettings(
+    AdvanceTimeGenerationSettings(10**6, TICK * 0, True)
+)  # explicit CTIs only
 
 
 def run_both(app, script, inputs, shape, cuts):
@@ -122,7 +125,7 @@ def test_state_keeps_only_what_can_still_change(app, flush, held):
         script.insert("r", interval(t + 1, t + 2, {"k": t % 3}))
     script.insert("l", interval(50, 100, {"k": 0}))  # cL 50
     script.insert("r", point(60, {"k": 5}))  # cR 60
-    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, flush))
+    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, flush))
     left, right = (
         Stream.create(n, MemoryInputFactory(), MemoryInputConfig(script=script), shape, settings)
         for n, shape in (("l", EventShape.INTERVAL), ("r", EventShape.INTERVAL))
@@ -150,11 +153,11 @@ def test_several_left_events_at_one_position_keep_their_own_identity(app):
     for e in (edge_start(13, {"k": 0}), edge_end(13, 17, {"k": 0}), edge_start(16, {"k": 0})):
         script.insert("a", e)
     script.cti("a", 30)
-    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, -1, False))
+    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, -TICK, False))
     inputs = {"a": In(EventShape.EDGE, settings, "k bigint")}
 
     def build(s):
-        windows = s["a"].hopping_window(10, 5).group_by("k").aggregate(v=F.count("*"))
+        windows = s["a"].hopping_window(TICK * 10, TICK * 5).group_by("k").aggregate(v=F.count("*"))
         return windows.anti_join(s["a"], on="k")
 
     out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, 1)

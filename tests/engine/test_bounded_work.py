@@ -22,6 +22,7 @@ from ctistream.bindings import Stream
 from ctistream.engine import (
     MAX_TIME,
     MIN_TIME,
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
@@ -50,9 +51,9 @@ from tests.reference import (
 )
 
 #: only the script's explicit CTIs (one generated every 10**6 events), +inf at the end
-EXPLICIT = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+EXPLICIT = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, TICK * 0, True))
 #: the same without the +inf at the end: what a live query sees before it stops
-LIVE = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, False))
+LIVE = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, TICK * 0, False))
 SCHEMA = "k bigint, v bigint"
 COLUMNS = ("k", "v")
 INF = cti(MAX_TIME)
@@ -128,7 +129,7 @@ def test_a_tumbling_window_counts_an_interval_to_inf_up_to_the_latest_finite_mom
         script,
         {"a": (EventShape.INTERVAL, EXPLICIT)},
         Window(Input("a"), 10, 10, (), N),
-        lambda s: s["a"].tumbling_window(10).aggregate(n=F.count("*")),
+        lambda s: s["a"].tumbling_window(TICK * 10).aggregate(n=F.count("*")),
         EventShape.INTERVAL,
         expected,
     )
@@ -159,7 +160,7 @@ def test_a_grouped_tumbling_window_takes_a_finite_end_as_the_latest_moment(app):
         script,
         {"a": (EventShape.INTERVAL, EXPLICIT)},
         Window(Input("a"), 10, 10, ("k",), N),
-        lambda s: s["a"].tumbling_window(10).group_by("k").aggregate(n=F.count("*")),
+        lambda s: s["a"].tumbling_window(TICK * 10).group_by("k").aggregate(n=F.count("*")),
         EventShape.INTERVAL,
         expected,
     )
@@ -190,7 +191,7 @@ def test_a_grouped_tumbling_window_counts_an_edge_never_closed_up_to_the_last_ct
         script,
         {"a": (EventShape.EDGE, EXPLICIT)},
         Window(Input("a"), 10, 10, ("k",), N),
-        lambda s: s["a"].tumbling_window(10).group_by("k").aggregate(n=F.count("*")),
+        lambda s: s["a"].tumbling_window(TICK * 10).group_by("k").aggregate(n=F.count("*")),
         EventShape.INTERVAL,
         expected,
     )
@@ -212,7 +213,7 @@ def test_a_hopping_window_counts_an_interval_to_inf_up_to_the_latest_finite_mome
         script,
         {"a": (EventShape.INTERVAL, EXPLICIT)},
         Window(Input("a"), 10, 5, (), N),
-        lambda s: s["a"].hopping_window(10, 5).aggregate(n=F.count("*")),
+        lambda s: s["a"].hopping_window(TICK * 10, TICK * 5).aggregate(n=F.count("*")),
         EventShape.INTERVAL,
         expected,
     )
@@ -236,7 +237,9 @@ def test_a_grouped_hopping_window_counts_an_edge_never_closed_up_to_the_last_cti
         script,
         {"a": (EventShape.EDGE, EXPLICIT)},
         Window(Input("a"), 10, 5, ("k",), N),
-        lambda s: s["a"].hopping_window(10, 5).group_by("k").aggregate(n=F.count("*")),
+        lambda s: (
+            s["a"].hopping_window(TICK * 10, TICK * 5).group_by("k").aggregate(n=F.count("*"))
+        ),
         EventShape.INTERVAL,
         expected,
     )
@@ -261,7 +264,11 @@ def test_a_window_over_a_join_counts_a_pair_to_inf_up_to_the_latest_finite_momen
         {"a": (EventShape.INTERVAL, EXPLICIT), "b": (EventShape.INTERVAL, EXPLICIT)},
         Window(Join(Input("a"), Input("b"), ("k",)), 10, 10, ("k",), N),
         lambda s: (
-            s["a"].join(s["b"], on="k").tumbling_window(10).group_by("k").aggregate(n=F.count("*"))
+            s["a"]
+            .join(s["b"], on="k")
+            .tumbling_window(TICK * 10)
+            .group_by("k")
+            .aggregate(n=F.count("*"))
         ),
         EventShape.INTERVAL,
         expected,
@@ -282,7 +289,10 @@ def test_a_duration_that_saturates_at_inf_counts_up_to_the_latest_finite_moment(
         {"a": (EventShape.INTERVAL, EXPLICIT)},
         Window(AlterEventDuration(Input("a"), MAX_TIME), 10, 10, (), N),
         lambda s: (
-            s["a"].alter_event_duration(MAX_TIME).tumbling_window(10).aggregate(n=F.count("*"))
+            s["a"]
+            .alter_event_duration(TICK * MAX_TIME)
+            .tumbling_window(TICK * 10)
+            .aggregate(n=F.count("*"))
         ),
         EventShape.INTERVAL,
         expected,
@@ -314,7 +324,7 @@ def test_a_shift_past_max_time_saturates_and_drops_the_events_that_land_at_inf(a
         script,
         {"a": (EventShape.INTERVAL, EXPLICIT)},
         ShiftEventTime(Input("a"), 10),
-        lambda s: s["a"].shift_event_time(10),
+        lambda s: s["a"].shift_event_time(TICK * 10),
         EventShape.INTERVAL,
         expected,
         dropped=[1],
@@ -340,7 +350,7 @@ def test_a_shifted_start_edge_that_lands_at_inf_is_dropped_with_its_end_edge(app
         script,
         {"a": (EventShape.EDGE, EXPLICIT)},
         ShiftEventTime(Input("a"), 10),
-        lambda s: s["a"].shift_event_time(10),
+        lambda s: s["a"].shift_event_time(TICK * 10),
         EventShape.EDGE,
         expected,
         dropped=[1],
@@ -363,7 +373,7 @@ def test_a_shift_past_min_time_drops_the_events_that_land_at_minus_inf(app):
         script,
         {"a": (EventShape.INTERVAL, EXPLICIT)},
         ShiftEventTime(Input("a"), -10),
-        lambda s: s["a"].shift_event_time(-10),
+        lambda s: s["a"].shift_event_time(-TICK * 10),
         EventShape.INTERVAL,
         expected,
         dropped=[2],
@@ -390,7 +400,7 @@ def test_a_start_edge_that_lands_at_inf_is_dropped_and_never_held_while_empty_on
     script.cti("a", 150)
     expected = [cti(100), interval(100, 105, {"k": 2, "v": 2}), cti(150), INF]
     adjust = AdvanceTimeSettings(
-        AdvanceTimeGenerationSettings(10**6, 0, True), None, AdvanceTimePolicy.ADJUST
+        AdvanceTimeGenerationSettings(10**6, TICK * 0, True), None, AdvanceTimePolicy.ADJUST
     )
     _agree(
         app,
@@ -398,7 +408,7 @@ def test_a_start_edge_that_lands_at_inf_is_dropped_and_never_held_while_empty_on
         {"a": (EventShape.EDGE, adjust)},
         AlterEventLifetime(Input("a"), lambda t: MAX_TIME if t >= 1000 else t, 5),
         lambda s: s["a"].alter_event_lifetime(
-            lambda c: F.when(c >= 1000, F.lit(MAX_TIME)).otherwise(c), 5
+            lambda c: F.when(c >= 1000, F.lit(MAX_TIME)).otherwise(c), TICK * 5
         ),
         EventShape.INTERVAL,
         expected,

@@ -11,6 +11,7 @@ from ctistream.adapters.memory import EventScript
 from ctistream.engine import (
     MAX_TIME,
     MIN_TIME,
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimePolicy,
@@ -58,7 +59,7 @@ from tests.strategies import COLUMNS, Case, cases, epoch_cuts
 SEARCHES = ["on the driver", "by a sort"]
 #: the hand-written timelines' settings: a CTI generated every 10**6 events, i.e. only the
 #: script's explicit CTIs
-EXPLICIT = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+EXPLICIT = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, TICK * 0, True))
 SHAPES = st.sampled_from([EventShape.POINT, EventShape.INTERVAL, EventShape.EDGE])
 INTERVAL = EventShape.INTERVAL
 
@@ -141,13 +142,13 @@ def _edges_matched(where: str):
 # Unary operators as (reference node, Spark stream method) pairs.
 UNARY = {
     "where": (lambda n: Where(n, lambda p: p["v"] > 1), lambda s: s.where(F.col("v") > 1)),
-    "shift+5": (lambda n: ShiftEventTime(n, 5), lambda s: s.shift_event_time(5)),
-    "shift-7": (lambda n: ShiftEventTime(n, -7), lambda s: s.shift_event_time(-7)),
-    "duration4": (lambda n: AlterEventDuration(n, 4), lambda s: s.alter_event_duration(4)),
+    "shift+5": (lambda n: ShiftEventTime(n, 5), lambda s: s.shift_event_time(TICK * 5)),
+    "shift-7": (lambda n: ShiftEventTime(n, -7), lambda s: s.shift_event_time(-TICK * 7)),
+    "duration4": (lambda n: AlterEventDuration(n, 4), lambda s: s.alter_event_duration(TICK * 4)),
     "to_point": (ToPoint, lambda s: s.to_point()),
     "snap10": (
         lambda n: AlterEventLifetime(n, lambda t: t - t % 10, 3),
-        lambda s: s.alter_event_lifetime(lambda c: c - F.pmod(c, F.lit(10)), 3),
+        lambda s: s.alter_event_lifetime(lambda c: c - F.pmod(c, F.lit(10)), TICK * 3),
     ),
 }
 #: lifetime chains only: times 0..40 moved next to +-inf, where some starts cross and are
@@ -156,11 +157,11 @@ NEAR_LIMITS = {
     **UNARY,
     "shift-to-max": (
         lambda n: ShiftEventTime(n, MAX_TIME - 30),
-        lambda s: s.shift_event_time(MAX_TIME - 30),
+        lambda s: s.shift_event_time(TICK * (MAX_TIME - 30)),
     ),
     "shift-to-min": (
         lambda n: ShiftEventTime(n, MIN_TIME + 20),
-        lambda s: s.shift_event_time(MIN_TIME + 20),
+        lambda s: s.shift_event_time(TICK * (MIN_TIME + 20)),
     ),
 }
 
@@ -225,7 +226,7 @@ def test_windows_with_aggregates_match_the_reference(
         if pre != "-":
             stream = UNARY[pre][1](stream)
         output = WindowOutput.POINT_AT_END if at_end else WindowOutput.WINDOW
-        windowed = stream.hopping_window(size, hop, output=output)
+        windowed = stream.hopping_window(TICK * size, TICK * hop, output=output)
         if keys:
             windowed = windowed.group_by(*keys)
         return windowed.aggregate(n=F.count("*"), s=F.sum("v"))
@@ -285,7 +286,7 @@ def test_an_end_edge_that_closes_no_start_edge_is_reported_like_the_reference(ap
     script.insert("a", edge_end(0, 9, {"k": 1, "v": 1}))
     script.insert("a", edge_end(4, 9, {"k": 1, "v": 1}))  # no START edge either, later
     drop = AdvanceTimeSettings(
-        AdvanceTimeGenerationSettings(10**6, 0, True), policy=AdvanceTimePolicy.DROP
+        AdvanceTimeGenerationSettings(10**6, TICK * 0, True), policy=AdvanceTimePolicy.DROP
     )
     case = Case(script, {"a": EventShape.EDGE}, {"a": drop}, 7)
     with pytest.raises(MalformedRecordError, match=r"offset 4\): edge_end\(2, 4, "):
@@ -319,7 +320,7 @@ def test_edge_matching_rules_hold_wherever_edges_are_matched(app, matched):
     script.insert("b", edge_end(3, 4, {"k": 3, "v": 3}))
     script.cti("a", 10)
     script.cti("b", 10)
-    gen = AdvanceTimeGenerationSettings(10**6, 0, True)
+    gen = AdvanceTimeGenerationSettings(10**6, TICK * 0, True)
     settings = {
         "a": AdvanceTimeSettings(gen, policy=AdvanceTimePolicy.ADJUST),
         "b": AdvanceTimeSettings(gen, policy=AdvanceTimePolicy.DROP),
@@ -370,7 +371,7 @@ def test_late_end_edges_close_their_start_edges_at_the_cti_wherever_edges_are_ma
     script.insert("a", edge_end(12, 15, {"k": 3, "v": 3}))
     script.cti("a", 30)
     script.cti("b", 30)
-    gen = AdvanceTimeGenerationSettings(10**6, 0, True)
+    gen = AdvanceTimeGenerationSettings(10**6, TICK * 0, True)
     settings = {
         "a": AdvanceTimeSettings(gen, policy=AdvanceTimePolicy.ADJUST),
         "b": AdvanceTimeSettings(gen, policy=AdvanceTimePolicy.DROP),
@@ -408,7 +409,7 @@ def test_a_late_reference_update_ends_the_old_value_at_the_cti_in_a_lookup_join(
     for t in (5, 6):
         script.insert("a", point(t, {"k": 1, "v": t}))
     every = AdvanceTimeSettings(
-        AdvanceTimeGenerationSettings(1, 0, True), policy=AdvanceTimePolicy.DROP
+        AdvanceTimeGenerationSettings(1, TICK * 0, True), policy=AdvanceTimePolicy.DROP
     )
     imports = AdvanceTimeSettings(
         import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.ADJUST
@@ -495,7 +496,7 @@ def test_a_window_over_a_join_matches_the_reference(app, cuts, pushed, monkeypat
 
     def build(s):
         joined = s["a"].join(s["b"], on="k")
-        return joined.hopping_window(10, 5).group_by("k").aggregate(**aggregates)
+        return joined.hopping_window(TICK * 10, TICK * 5).group_by("k").aggregate(**aggregates)
 
     _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
     assert made and all((m is not None) == pushed for m in made)
@@ -534,7 +535,7 @@ def _lookup_case(short: bool = False) -> Case:
     script.insert("a", point(20, {"k": 2, "v": 13}))
     script.insert("a", point(21, {"k": 3, "v": 14}))  # CTI 20
     by_count = AdvanceTimeSettings(
-        AdvanceTimeGenerationSettings(2, 1, True), policy=AdvanceTimePolicy.DROP
+        AdvanceTimeGenerationSettings(2, TICK, True), policy=AdvanceTimePolicy.DROP
     )
     imports = AdvanceTimeSettings(
         import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.ADJUST
@@ -580,7 +581,7 @@ def test_a_lookup_join_pairs_packed_events_as_the_reference_does(
         joined = s["a"].join(s["b"], on="k")
         if after == "window":
             return (
-                joined.hopping_window(6, 3)
+                joined.hopping_window(TICK * 6, TICK * 3)
                 .group_by("k")
                 .aggregate(n=F.count("*"), s=F.sum(F.col("v") + F.col("right_v")))
             )
@@ -637,7 +638,7 @@ def test_a_window_over_a_join_of_points_gets_each_pair_once_its_end_is_known(
 
     def build(s):
         joined = s["a"].join(s["b"], on="k")
-        return joined.hopping_window(10, 5).group_by("k").aggregate(**aggregates)
+        return joined.hopping_window(TICK * 10, TICK * 5).group_by("k").aggregate(**aggregates)
 
     _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
     assert made and not any(flow.edges for flow, _ in made)  # no pair left as an edge
@@ -672,7 +673,7 @@ def test_a_pair_open_at_infinity_counts_up_to_the_latest_pushed_interval(
 
     def build(s):
         joined = s["a"].join(s["b"], on="k")
-        return joined.tumbling_window(10).group_by("k").aggregate(n=F.count("*"))
+        return joined.tumbling_window(TICK * 10).group_by("k").aggregate(n=F.count("*"))
 
     _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
     assert made and all(m is not None for m in made)
@@ -691,7 +692,7 @@ def test_a_window_over_a_join_without_edges_gets_its_partials_from_the_join(app,
     for i, t in enumerate([1, 3, 8, 12, 14, 19, 23, 31]):
         script.insert("a", point(t, {"k": 1 + i % 2, "v": i}))
     shapes = {"a": EventShape.POINT, "b": EventShape.INTERVAL}
-    every = AdvanceTimeSettings(AdvanceTimeGenerationSettings(2, 0, True))
+    every = AdvanceTimeSettings(AdvanceTimeGenerationSettings(2, TICK * 0, True))
     case = Case(script, shapes, dict.fromkeys("ab", every), 10)
     total = (("n", len), ("s", lambda rows: sum(r["v"] for r in rows)))
     plan = Window(Join(Input("a"), Input("b"), ("k",)), 10, 5, ("k",), total)
@@ -700,7 +701,11 @@ def test_a_window_over_a_join_without_edges_gets_its_partials_from_the_join(app,
 
     def build(s):
         joined = s["a"].join(s["b"], on="k")
-        return joined.hopping_window(10, 5).group_by("k").aggregate(n=F.count("*"), s=F.sum("v"))
+        return (
+            joined.hopping_window(TICK * 10, TICK * 5)
+            .group_by("k")
+            .aggregate(n=F.count("*"), s=F.sum("v"))
+        )
 
     _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
     assert made and all(m is not None for m in made)
@@ -730,7 +735,7 @@ def test_a_window_aggregated_in_its_inputs_scan_matches_the_reference(
         if i in (4, 8):
             script.cti("a", t - 2, partition="p0").cti("a", t - 2, partition="p1")
     adjust = AdvanceTimeSettings(
-        AdvanceTimeGenerationSettings(3, 2, True), policy=AdvanceTimePolicy.ADJUST
+        AdvanceTimeGenerationSettings(3, TICK * 2, True), policy=AdvanceTimePolicy.ADJUST
     )
     case = Case(script, {"a": shape}, {"a": adjust}, 15)
     total = (("n", len), ("s", lambda rows: sum(r["v"] for r in rows)))
@@ -740,7 +745,7 @@ def test_a_window_aggregated_in_its_inputs_scan_matches_the_reference(
     assert expected.counts["a"]["dropped"] + expected.counts["a"]["adjusted"] > 0
 
     def build(s):
-        windows = s["a"].hopping_window(10, 5).group_by("k")
+        windows = s["a"].hopping_window(TICK * 10, TICK * 5).group_by("k")
         return windows.aggregate(n=F.count("*"), s=F.sum("v"))
 
     _agree(app, case, plan, build, EventShape.INTERVAL, cuts)
@@ -776,7 +781,7 @@ def test_a_join_read_by_a_window_and_by_another_join_keeps_its_edges(app, cuts):
 
     def build(s):
         j = s["a"].join(s["b"], on="k")
-        counts = j.tumbling_window(10).group_by("k").aggregate(n=F.count("*"))
+        counts = j.tumbling_window(TICK * 10).group_by("k").aggregate(n=F.count("*"))
         return j.select("k", "v", F.col("right_v").alias("w")).join(counts, on="k")
 
     _agree(app, case, plan, build, EventShape.EDGE, cuts)
@@ -811,7 +816,7 @@ def test_payload_names_that_sql_must_quote_match_the_reference(app, cuts):
     def build(s):
         priced = s["a"].where(F.col("unit price") > 0)
         return (
-            priced.hopping_window(10, 5)
+            priced.hopping_window(TICK * 10, TICK * 5)
             .group_by("order")
             .aggregate(total=F.sum(F.col("unit price")))
         )
@@ -839,7 +844,9 @@ def test_joins_match_the_reference(app, data, case, shape, anti, after):
     def build(s):
         joined = s["a"].anti_join(s["b"], on="k") if anti else s["a"].join(s["b"], on="k")
         if after == "window":
-            return joined.hopping_window(10, 5).group_by("k").aggregate(n=F.count("*"))
+            return (
+                joined.hopping_window(TICK * 10, TICK * 5).group_by("k").aggregate(n=F.count("*"))
+            )
         if after == "where":
             return joined.where(F.col("v") >= (F.lit(2) if anti else F.col("right_v")))
         return joined
@@ -926,7 +933,7 @@ def test_aggregates_of_doubles_match_the_reference_bit_for_bit(
         if window == "snapshot":
             windowed = stream.snapshot_window()
         else:
-            windowed = stream.hopping_window(size, hop)
+            windowed = stream.hopping_window(TICK * size, TICK * hop)
         if keys:
             windowed = windowed.group_by(*keys)
         return windowed.aggregate(**columns())
@@ -961,7 +968,7 @@ def compositions(draw, names: tuple[str, ...], budget: int):
         size, hop = draw(st.sampled_from([(10, 5), (8, 8)]))
         plan = Window(cp, size, hop, ("k",), (("v", len),))
         build = lambda s: (  # noqa: E731
-            cb(s).hopping_window(size, hop).group_by("k").aggregate(v=F.count("*"))
+            cb(s).hopping_window(TICK * size, TICK * hop).group_by("k").aggregate(v=F.count("*"))
         )
         return plan, build, cn + 1
     plan = Snapshot(cp, ("k",), (("v", len),))

@@ -11,6 +11,7 @@ from fractions import Fraction
 import pytest
 from ctistream.adapters.memory import EventScript
 from ctistream.engine import (
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimeSettings,
     EventKind,
@@ -36,7 +37,7 @@ from tests.reference import (
     run_reference,
 )
 
-EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # a CTI at each start
+EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, True))  # a CTI at each start
 SCHEMA = "k bigint, v double"
 
 
@@ -82,7 +83,7 @@ def test_doubles_aggregate_to_the_same_bits_in_1_4_and_20_epochs(app, aggregates
 
     def build(s):
         stream = s["a"] if where == "scan" else s["a"].where(F.col("k") >= 0)
-        return stream.hopping_window(10, 5).group_by("k").aggregate(**columns())
+        return stream.hopping_window(TICK * 10, TICK * 5).group_by("k").aggregate(**columns())
 
     runs = [(1, False), (4, False), (20, False)]
     if where == "scan":  # a traced run aggregates in Spark, not in the scan
@@ -118,7 +119,7 @@ def test_a_sum_that_cancels_is_exact_and_an_average_does_not_overflow(app, aggre
     inputs = {"a": In(EventShape.POINT, EVERY, SCHEMA)}
 
     def build(s):
-        return s["a"].tumbling_window(10).group_by("k").aggregate(**HAND[aggregates]())
+        return s["a"].tumbling_window(TICK * 10).group_by("k").aggregate(**HAND[aggregates]())
 
     out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, epochs)
     by_hand = {
@@ -171,12 +172,15 @@ def test_an_aggregate_of_doubles_that_would_depend_on_the_order_is_refused(app, 
     inputs = {"a": In(EventShape.POINT, EVERY, SCHEMA)}
 
     def build(s):
-        return s["a"].tumbling_window(10).aggregate(x=column())
+        return s["a"].tumbling_window(TICK * 10).aggregate(x=column())
 
     with pytest.raises(QueryBuildError) as got:
         spark_run(app, script, inputs, build, EventShape.INTERVAL)
     message = str(got.value)
-    assert message.startswith(f"tumbling_window(10).aggregate(x=...): {what} adds floating-point")
+    assert message.startswith(
+        f"tumbling_window(datetime.timedelta(microseconds=10)).aggregate(x=...): {what} adds "
+        "floating-point"
+    )
     assert "semantics §4" in message and "Fix: aggregate the sum or average alone" in message
     assert "__" not in message  # no internal column
 
@@ -188,7 +192,7 @@ def test_an_expression_over_an_integer_sum_is_accepted(app):
     inputs = {"a": In(EventShape.POINT, EVERY, SCHEMA)}
 
     def build(s):
-        return s["a"].tumbling_window(10).aggregate(x=F.sum("k") * 2, m=F.max("v"))
+        return s["a"].tumbling_window(TICK * 10).aggregate(x=F.sum("k") * 2, m=F.max("v"))
 
     out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL)
     assert [e.payload for e in out if e.kind is EventKind.INSERT] == [{"x": 14, "m": 0.5}]
@@ -199,7 +203,7 @@ def test_a_window_over_a_join_sums_doubles_exactly_in_any_epochs(app, pushed):
     # The join hands the window its pairs' partial aggregates (``pushed``: aggregates of
     # columns) or its pairs (an expression); the values cancel only when summed exactly:
     # key 1's window [0, 10) holds v = 1e16, 1.0, -1e16 (sum 1.0, left to right 0.0).
-    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, TICK * 0, True))
     script = EventScript()
     script.insert("b", edge_start(0, {"k": 1, "w": 0.1}))
     script.insert("a", interval(1, 4, {"k": 1, "v": 1e16}))
@@ -233,7 +237,7 @@ def test_a_window_over_a_join_sums_doubles_exactly_in_any_epochs(app, pushed):
     }
 
     def build(s):
-        joined = s["a"].join(s["b"], on="k").tumbling_window(10).group_by("k")
+        joined = s["a"].join(s["b"], on="k").tumbling_window(TICK * 10).group_by("k")
         if pushed:
             return joined.aggregate(s=F.sum("v"), a=F.avg("w"))
         return joined.aggregate(s=F.sum(F.col("v") + F.col("w")))

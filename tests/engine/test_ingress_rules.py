@@ -38,7 +38,7 @@ DROP, ADJUST = AdvanceTimePolicy.DROP, AdvanceTimePolicy.ADJUST
 INF = cti(MAX_TIME)
 
 
-def gen(frequency, delay=0, flush=False, policy=DROP, imports=None) -> AdvanceTimeSettings:
+def gen(frequency, delay=TICK * 0, flush=False, policy=DROP, imports=None) -> AdvanceTimeSettings:
     return AdvanceTimeSettings(
         AdvanceTimeGenerationSettings(frequency, delay, flush),
         AdvanceTimeImportSettings(imports) if imports else None,
@@ -135,7 +135,7 @@ def test_delay_of_minus_one_tick_commits_every_point_at_once(app):
         cti(3 * S + 1),
     ]
     # With delay 0 the last point waits: its start is not strictly before the CTI at its start.
-    zero, _ = run_cut(app, script, {"a": In(settings=gen(1, 0))})
+    zero, _ = run_cut(app, script, {"a": In(settings=gen(1, TICK * 0))})
     assert zero[-2:] == [point(2 * S, {"v": 2}), cti(3 * S)]
 
 

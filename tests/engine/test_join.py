@@ -14,6 +14,7 @@ from ctistream.adapters.memory import (
 from ctistream.bindings import Stream
 from ctistream.engine import (
     MAX_TIME,
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimeImportSettings,
     AdvanceTimeSettings,
@@ -30,8 +31,10 @@ from ctistream.engine.operators import join as join_operator
 
 from tests.harness import In, spark_run
 
-EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # CTI at each start
-NEVER = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))  # explicit CTIs only
+EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, True))  # CTI at each start
+NEVER = AdvanceTimeSettings(
+    AdvanceTimeGenerationSettings(10**6, TICK * 0, True)
+)  # explicit CTIs only
 
 
 def run_cut(app, script, inputs, shape, cuts):
@@ -223,7 +226,7 @@ def test_join_state_holds_only_what_can_still_meet_a_future_event(
     for t in range(20):
         script.insert("l", point(t, {"k": t % 3}))
         script.insert("r", interval(t, t + 5, {"k": t % 3}))
-    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, flush))
+    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, flush))
     imports = AdvanceTimeSettings(import_settings=AdvanceTimeImportSettings("l"))
     calls = []
     real = join_operator._lookup_pairs

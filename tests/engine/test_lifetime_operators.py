@@ -7,6 +7,7 @@ from ctistream.adapters.memory import EventScript, MemoryInputConfig, MemoryInpu
 from ctistream.bindings import Stream
 from ctistream.engine import (
     MAX_TIME,
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
@@ -32,7 +33,7 @@ from tests.reference import (
     run_reference,
 )
 
-EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))
+EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, True))
 
 
 def run_cut(app, script, build, shape=EventShape.INTERVAL, in_shape=EventShape.INTERVAL):
@@ -52,7 +53,7 @@ def _intervals() -> EventScript:
 
 
 def test_shift_event_time_moves_events_and_ctis_by_the_same_delta(app):
-    out = run_cut(app, _intervals(), lambda s: s.shift_event_time(-5))
+    out = run_cut(app, _intervals(), lambda s: s.shift_event_time(-TICK * 5))
     assert out == [
         cti(5),
         interval(5, 9, {"n": 1}),
@@ -65,7 +66,7 @@ def test_shift_event_time_moves_events_and_ctis_by_the_same_delta(app):
 
 
 def test_alter_event_duration_and_to_point_keep_the_ctis(app):
-    out = run_cut(app, _intervals(), lambda s: s.alter_event_duration(2))
+    out = run_cut(app, _intervals(), lambda s: s.alter_event_duration(TICK * 2))
     assert out == [
         cti(10),
         interval(10, 12, {"n": 1}),
@@ -83,7 +84,7 @@ def test_alter_event_duration_and_to_point_keep_the_ctis(app):
 
 def test_alter_event_lifetime_applies_the_start_function_to_ctis_too(app):
     # Snap starts to multiples of 10: CTIs 10, 17, 23 become 10, 10 (not emitted again), 20.
-    snap = lambda s: s.alter_event_lifetime(lambda t: t - F.pmod(t, F.lit(10)), 5)  # noqa: E731
+    snap = lambda s: s.alter_event_lifetime(lambda t: t - F.pmod(t, F.lit(10)), TICK * 5)  # noqa: E731
     out = run_cut(app, _intervals(), snap)
     assert out == [
         cti(10),
@@ -101,7 +102,7 @@ def test_a_shifted_edge_stays_an_edge_and_a_start_edge_with_a_duration_becomes_a
     script.insert("a", edge_start(20, {"n": 2}))
     script.insert("a", edge_end(10, 30, {"n": 1}))
     shifted = run_cut(
-        app, script, lambda s: s.shift_event_time(100), EventShape.EDGE, EventShape.EDGE
+        app, script, lambda s: s.shift_event_time(TICK * 100), EventShape.EDGE, EventShape.EDGE
     )
     assert shifted == [
         cti(110),
@@ -112,7 +113,11 @@ def test_a_shifted_edge_stays_an_edge_and_a_start_edge_with_a_duration_becomes_a
         cti(2**63 - 1),
     ]
     sized = run_cut(
-        app, script, lambda s: s.alter_event_duration(3), EventShape.INTERVAL, EventShape.EDGE
+        app,
+        script,
+        lambda s: s.alter_event_duration(TICK * 3),
+        EventShape.INTERVAL,
+        EventShape.EDGE,
     )
     assert sized == [
         cti(10),
@@ -127,14 +132,14 @@ def test_durations_must_be_positive():
     config = MemoryInputConfig(script=EventScript())
     stream = Stream.create("a", MemoryInputFactory(), config, EventShape.POINT)
     with pytest.raises(ValueError, match="at least 1 tick"):
-        stream.alter_event_duration(0)
+        stream.alter_event_duration(TICK * 0)
     with pytest.raises(TypeError, match="start_fn"):
-        stream.alter_event_lifetime(5, 1)
+        stream.alter_event_lifetime(5, TICK)
 
 
 # -- empty lifetimes stay empty (semantics §3.4, docs/decisions.md "Empty lifetimes") ---------
 ADJUST_EXPLICIT = AdvanceTimeSettings(
-    AdvanceTimeGenerationSettings(10**6, 0, True), None, AdvanceTimePolicy.ADJUST
+    AdvanceTimeGenerationSettings(10**6, TICK * 0, True), None, AdvanceTimePolicy.ADJUST
 )
 
 
@@ -173,8 +178,8 @@ def test_operators_that_set_the_end_never_bring_back_an_empty_lifetime(app):
     # the three: 100, 150, 200, then +inf (the lifetime branch's CTIs are 1000 later), which
     # releases the shifted intervals.
     def build(a):
-        shifted = a.alter_event_lifetime(_k, 3)
-        return a.to_point().union(a.alter_event_duration(5), shifted)
+        shifted = a.alter_event_lifetime(_k, TICK * 3)
+        return a.to_point().union(a.alter_event_duration(TICK * 5), shifted)
 
     src = Input("a")
     plan = Union((ToPoint(src), AlterEventDuration(src, 5), AlterEventLifetime(src, _k, 3)))
@@ -203,7 +208,7 @@ def test_a_window_never_counts_an_empty_lifetime_made_a_point(app):
     # lifetime is empty), complete at CTI 150; [150, 200) holds n3's point at 160, complete at
     # CTI 200. Output CTIs: the start of the earliest open window, 100, 150, 200, then +inf.
     def build(a):
-        return a.to_point().tumbling_window(50).aggregate(c=F.count("*"))
+        return a.to_point().tumbling_window(TICK * 50).aggregate(c=F.count("*"))
 
     plan = Window(ToPoint(Input("a")), 50, 50, (), (("c", len),))
     expected = [

@@ -19,6 +19,7 @@ from ctistream.adapters.memory import (
 )
 from ctistream.bindings import Stream
 from ctistream.engine import (
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
@@ -82,7 +83,7 @@ def test_a_tumbling_window_aggregated_in_the_scan_gives_the_hand_checked_results
     settings = AdvanceTimeSettings(EXPLICIT.generation, policy=AdvanceTimePolicy.DROP)
     out = (
         _input(script, settings=settings)
-        .tumbling_window(10)
+        .tumbling_window(TICK * 10)
         .group_by("k")
         .aggregate(
             n=F.count("*"),
@@ -146,7 +147,7 @@ def test_partial_aggregates_from_the_scan_equal_those_computed_in_spark(app, pol
             else interval(t, t + rng.randint(1, 25), payload)
         )
         script.insert("a", event, partition=f"p{i % 2}")
-    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(2, 1), policy=policy)
+    settings = AdvanceTimeSettings(AdvanceTimeGenerationSettings(2, TICK), policy=policy)
     aggregates = {
         "n": F.count("*"),
         "c": F.count("v"),
@@ -162,7 +163,7 @@ def test_partial_aggregates_from_the_scan_equal_those_computed_in_spark(app, pol
     }
 
     def build():
-        windows = _input(script, shape, settings, WIDE).hopping_window(*grid)
+        windows = _input(script, shape, settings, WIDE).hopping_window(*(TICK * n for n in grid))
         return windows.group_by("k").aggregate(**aggregates)
 
     in_scan, pushed, metrics = _run(app, build(), [25, 50, 70])
@@ -201,7 +202,7 @@ def test_which_windows_are_aggregated_in_the_scan(app, case, pushed):
     script.cti("a", 20)
     collated = "k bigint, v bigint, s string collate UTF8_LCASE, x double"
     s = _input(script, shape, schema=collated if "collated" in case else SCHEMA)
-    window = s.tumbling_window(10)
+    window = s.tumbling_window(TICK * 10)
     by_k = window.group_by("x" if case == "double key" else "k")
     aggregate = {
         "max of double": F.max("x"),
@@ -211,9 +212,11 @@ def test_which_windows_are_aggregated_in_the_scan(app, case, pushed):
     }.get(case, F.count("*"))
     out = by_k.aggregate(a=aggregate)
     if case == "read twice":
-        out = out.union(s.alter_event_duration(10).select("k"))
+        out = out.union(s.alter_event_duration(TICK * 10).select("k"))
     if case == "after a filter":
-        out = s.where(F.col("v") > 0).tumbling_window(10).group_by("k").aggregate(a=aggregate)
+        out = (
+            s.where(F.col("v") > 0).tumbling_window(TICK * 10).group_by("k").aggregate(a=aggregate)
+        )
     query, sink = _query(app, out)
     try:
         assert bool(query._runtime._pushed) is pushed
@@ -228,7 +231,7 @@ def test_an_integer_sum_that_leaves_bigint_fails_in_the_scan_as_in_spark(app):
     script.cti("a", 20)
     for trace in (False, True):
         with pytest.raises(Exception) as got:
-            _run(app, _input(script).tumbling_window(10).aggregate(s=F.sum("v")), 1, trace)
+            _run(app, _input(script).tumbling_window(TICK * 10).aggregate(s=F.sum("v")), 1, trace)
         assert ("outside bigint" if not trace else "ARITHMETIC_OVERFLOW") in str(got.value)
         if not trace:  # what, where, got, expected and the fix
             for part in ("input 'a'", "column 'v'", "starting at 0 ticks", str(2**63 + 2)):
@@ -250,7 +253,7 @@ def test_windows_at_the_ends_of_the_time_range_are_counted_in_the_scan_as_in_spa
     expected = [interval(low + 8, low + 18, {"n": 1}), cti(20), cti(2**63 - 1)]
     for trace in (False, True):
         out, pushed, _ = _run(
-            app, _input(script).tumbling_window(10).aggregate(n=F.count("*")), 1, trace
+            app, _input(script).tumbling_window(TICK * 10).aggregate(n=F.count("*")), 1, trace
         )
         assert pushed
         assert out == expected, f"trace={trace}"

@@ -23,7 +23,7 @@ def test_generation_settings_build_positionally_like_streaminsight():
 
 
 def test_int_durations_are_ticks_never_seconds():
-    g = AdvanceTimeGenerationSettings(frequency=timedelta(seconds=1), delay=-1)
+    g = AdvanceTimeGenerationSettings(frequency=timedelta(seconds=1), delay=-TICK)
     assert g.delay == -TICK and g.frequency_ticks == 1_000_000 and not g.by_count
 
 
@@ -32,7 +32,10 @@ def test_int_durations_are_ticks_never_seconds():
     [
         ({"frequency": 0}, "must be >= 1; got 0. Fix"),
         ({"frequency": timedelta(0)}, "at least 1 tick"),
-        ({"frequency": "10"}, "event count .* or a positive timedelta; got '10'"),
+        (
+            {"frequency": "10"},
+            "frequency must be a timedelta or a Spark-style .* got '10': a number",
+        ),
         ({"frequency": True}, "got True"),
     ],
 )

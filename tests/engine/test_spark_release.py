@@ -21,6 +21,7 @@ from ctistream.adapters.memory import (
 )
 from ctistream.bindings import Stream
 from ctistream.engine import (
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
@@ -33,7 +34,7 @@ from pyspark.sql import functions as F
 
 S = 1_000_000
 EVERY_5 = AdvanceTimeSettings(
-    AdvanceTimeGenerationSettings(5, 0, True), policy=AdvanceTimePolicy.DROP
+    AdvanceTimeGenerationSettings(5, TICK * 0, True), policy=AdvanceTimePolicy.DROP
 )
 
 

@@ -14,6 +14,7 @@ from ctistream.adapters.memory import (
 from ctistream.bindings import Stream
 from ctistream.engine import (
     MAX_TIME,
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimeSettings,
     EventShape,
@@ -29,7 +30,7 @@ from pyspark.sql.functions import pandas_udf
 
 from tests.harness import In, spark_run
 
-EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, True))  # CTI at each start
+EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, True))  # CTI at each start
 INF = cti(MAX_TIME)
 
 
@@ -50,7 +51,9 @@ def run_cut(app, script, build, shape=EventShape.INTERVAL, in_shape=EventShape.P
 
 def test_a_tumbling_count_per_key_is_released_when_its_window_completes(app):
     out = run_cut(
-        app, _points(), lambda s: s.tumbling_window(10).group_by("k").aggregate(n=F.count("*"))
+        app,
+        _points(),
+        lambda s: s.tumbling_window(TICK * 10).group_by("k").aggregate(n=F.count("*")),
     )
     # Input CTIs 1, 5, 12, 14, 25, +inf pull back to the start of the earliest open window:
     # 0, 0, 10, 10, 20, +inf. [0, 10) completes at CTI 12, [10, 20) at 25, [20, 30) at +inf.
@@ -71,7 +74,7 @@ def test_a_cti_equal_to_a_window_end_completes_that_window(app):
     for t, k in ((1, "a"), (5, "b"), (10, "a"), (20, "b")):
         script.insert("a", point(t, {"k": k, "v": t}))
     out = run_cut(
-        app, script, lambda s: s.tumbling_window(10).group_by("k").aggregate(n=F.count("*"))
+        app, script, lambda s: s.tumbling_window(TICK * 10).group_by("k").aggregate(n=F.count("*"))
     )
     # CTIs 1, 5, 10, 20, +inf pull back to 0, 0, 10, 20, +inf. The CTI at 10 reaches the end of
     # [0, 10), so that window's results come out with it, before it, not with the CTI at 20.
@@ -91,7 +94,9 @@ def test_point_at_window_end_moves_results_and_ctis_to_window_ends(app):
     out = run_cut(
         app,
         _points(),
-        lambda s: s.tumbling_window(10, output=WindowOutput.POINT_AT_END).aggregate(s=F.sum("v")),
+        lambda s: s.tumbling_window(TICK * 10, output=WindowOutput.POINT_AT_END).aggregate(
+            s=F.sum("v")
+        ),
         shape=EventShape.POINT,
     )
     assert out == [
@@ -112,7 +117,7 @@ def test_a_hopping_window_counts_an_event_in_every_window_it_overlaps(app):
     out = run_cut(
         app,
         script,
-        lambda s: s.hopping_window(6, 3).aggregate(n=F.count("*"), s=F.sum("v")),
+        lambda s: s.hopping_window(TICK * 6, TICK * 3).aggregate(n=F.count("*"), s=F.sum("v")),
         in_shape=EventShape.INTERVAL,
     )
     assert [e for e in out if not e.is_cti] == [
@@ -132,7 +137,7 @@ def test_an_open_edge_counts_in_every_window_until_its_end_edge(app):
     out = run_cut(
         app,
         script,
-        lambda s: s.tumbling_window(10).aggregate(s=F.sum("v")),
+        lambda s: s.tumbling_window(TICK * 10).aggregate(s=F.sum("v")),
         in_shape=EventShape.EDGE,
     )
     assert [e for e in out if not e.is_cti] == [
@@ -153,9 +158,9 @@ def _state_after(app, name: str, aggregate) -> tuple[dict, list]:
         MemoryInputFactory(),
         MemoryInputConfig(script=script),
         EventShape.POINT,
-        AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, 0, False)),
+        AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, False)),
     )
-    query = aggregate(stream.tumbling_window(10).group_by("k")).to_query(
+    query = aggregate(stream.tumbling_window(TICK * 10).group_by("k")).to_query(
         app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
     )
     query.run(epochs=5)
@@ -209,13 +214,13 @@ def test_partial_aggregates_merge_over_epochs_with_edges_and_intervals(app):
     script.insert("a", edge_start(18, {"v": 7}))
     script.insert("a", edge_end(18, 19, {"v": 7}))
     script.cti("a", 30)
-    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, TICK * 0, True))
     inputs = {"a": In(EventShape.EDGE, explicit)}
 
     def build(s):
         return (
             s["a"]
-            .hopping_window(10, 5)
+            .hopping_window(TICK * 10, TICK * 5)
             .aggregate(lo=F.min("v"), hi=F.max("v"), m=F.mean("v"), s=F.sum("v"), n=F.count("v"))
         )
 
@@ -252,7 +257,7 @@ def test_a_pandas_udaf_is_a_window_aggregate_like_any_other(app):
         return float(v.max() - v.min())
 
     out = run_cut(
-        app, _points(), lambda s: s.tumbling_window(10).aggregate(spread=spread(F.col("v")))
+        app, _points(), lambda s: s.tumbling_window(TICK * 10).aggregate(spread=spread(F.col("v")))
     )
     # [0, 10): 1 and 5; [10, 20): 12 and 14; [20, 30): 25.
     assert [e.payload["spread"] for e in out if not e.is_cti] == [4.0, 2.0, 0.0]
@@ -263,7 +268,7 @@ def test_snapshot_windows_aggregate_between_consecutive_endpoints(app):
     script.insert("a", interval(0, 10, {"v": 1}))
     script.insert("a", interval(5, 15, {"v": 2}))
     script.cti("a", 20)
-    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, 0, True))
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, TICK * 0, True))
     inputs = {"a": In(EventShape.INTERVAL, explicit)}
     build = lambda s: s["a"].snapshot_window().aggregate(n=F.count("*"), s=F.sum("v"))  # noqa: E731
     out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, [1, 2])

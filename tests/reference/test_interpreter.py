@@ -42,7 +42,7 @@ S = 1_000_000  # one second in ticks
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def generate(frequency, delay=0, flush=False, policy=DROP) -> AdvanceTimeSettings:
+def generate(frequency, delay=TICK * 0, flush=False, policy=DROP) -> AdvanceTimeSettings:
     return AdvanceTimeSettings(AdvanceTimeGenerationSettings(frequency, delay, flush), None, policy)
 
 
@@ -126,7 +126,7 @@ def test_count_frequency_makes_a_cti_after_every_nth_counted_event_minus_delay()
     script = EventScript()
     for t in (10, 30, 20, 50, 40, 60, 70):
         script.insert("a", point(t, v(t)))
-    r = run_one(script, generate(3, delay=5))
+    r = run_one(script, generate(3, delay=TICK * 5))
     assert r.ingress["a"] == [
         point(10, v(10)),
         point(30, v(30)),
@@ -221,7 +221,7 @@ def test_a_candidate_is_clamped_to_plus_infinity():
     # max_start = +inf - 10, delay -100 ticks: max_start - delay overflows int64 -> +inf.
     script = EventScript()
     script.insert("a", point(INF - 10, v(1)))
-    r = run_one(script, generate(1, delay=-100))
+    r = run_one(script, generate(1, delay=-TICK * 100))
     assert r.ingress["a"] == [point(INF - 10, v(1)), cti(INF)]
     assert r.output == [point(INF - 10, v(1)), cti(INF)]
 

@@ -32,7 +32,7 @@ from ctistream.engine.settings import (
     AdvanceTimeSettings,
     EventOrderingSettings,
 )
-from ctistream.engine.temporal import MAX_TIME
+from ctistream.engine.temporal import MAX_TIME, TICK
 
 from . import (
     AlterEventLifetime,
@@ -59,8 +59,8 @@ def ordered(**kwargs) -> EventOrderingSettings:
     settings = {
         "event_time": "t",
         "over": "k",
-        "out_of_order_tolerance": 0,
-        "late_arrival_tolerance": 20,
+        "out_of_order_tolerance": TICK * 0,
+        "late_arrival_tolerance": TICK * 20,
         "early_arrival_window": None,
         "flush_on_stop": True,
     }
@@ -148,7 +148,7 @@ def test_a_keyed_cti_is_held_back_by_the_other_partitions_cti():
     s.insert("s", point(0, {"t": 60, "k": "a"}), arrival=120, partition="p0")
     s.cti("s", 90, arrival=130, partition="p1")
     s.insert("s", point(0, {"t": 70, "k": "a"}), arrival=140, partition="p0")
-    bindings = [Binding("s", None, ("t", "k"), ordered(late_arrival_tolerance=100))]
+    bindings = [Binding("s", None, ("t", "k"), ordered(late_arrival_tolerance=TICK * 100))]
     r = run_reference(s, bindings, Input("s"), POINT, stop=False)
     assert ctis(r) == [0, 20, 40]
     assert r.keyed_ctis["s"] == [
@@ -167,7 +167,7 @@ def test_null_keys_and_watermarks_that_do_not_rise_make_no_keyed_cti():
     #   (15, a): below wm 20 -> adjusted to 20; wm stays 20: no keyed CTI.
     #   (30, a): wm 30: v = 30.
     events = [(10, None, 10), (20, "a", 11), (15, "a", 12), (30, "a", 13)]
-    r = run(Input("s"), events=events, late_arrival_tolerance=100, flush_on_stop=False)
+    r = run(Input("s"), events=events, late_arrival_tolerance=TICK * 100, flush_on_stop=False)
     assert ctis(r) == [-90, -89, -88, -87]
     assert r.keyed_ctis["s"] == [(at(11, 1), "k", "a", 20), (at(13, 3), "k", "a", 30)]
 
@@ -186,7 +186,7 @@ def test_a_key_seen_in_two_partitions_takes_the_smaller_of_their_bounds():
     s.insert("s", point(0, {"t": 60, "k": "a"}), arrival=101, partition="p0")
     s.insert("s", point(0, {"t": 70, "k": "a"}), arrival=102, partition="p0")
     s.insert("s", point(0, {"t": 45, "k": "a"}), arrival=103, partition="p1")
-    bindings = [Binding("s", None, ("t", "k"), ordered(late_arrival_tolerance=100))]
+    bindings = [Binding("s", None, ("t", "k"), ordered(late_arrival_tolerance=TICK * 100))]
     r = run_reference(s, bindings, Input("s"), POINT, stop=False)
     assert ctis(r) == [0, 2]
     assert r.keyed_ctis["s"] == [
@@ -207,7 +207,7 @@ def test_keyed_ctis_come_only_at_events_that_raise_the_keys_watermark():
     s.cti("s", 30, arrival=101, partition="p1")
     s.insert("s", point(0, {"t": 40, "k": "a"}), arrival=102, partition="p0")
     s.insert("s", point(0, {"t": 60, "k": "a"}), arrival=103, partition="p0")
-    bindings = [Binding("s", None, ("t", "k"), ordered(late_arrival_tolerance=100))]
+    bindings = [Binding("s", None, ("t", "k"), ordered(late_arrival_tolerance=TICK * 100))]
     r = run_reference(s, bindings, Input("s"), POINT, stop=False)
     assert ctis(r) == [0, 2, 3]
     assert [e.start for e in r.ingress["s"] if not e.is_cti] == [50, 50, 60]

@@ -18,7 +18,7 @@ from ctistream.engine.settings import (
     EventOrderingSettings,
     OrderingAction,
 )
-from ctistream.engine.temporal import MAX_TIME
+from ctistream.engine.temporal import MAX_TIME, TICK
 
 from tests import ordering_seed as seed
 
@@ -126,7 +126,7 @@ def test_early_events_are_dropped_and_do_not_raise_the_watermark():
     s = EventScript()
     s.insert("a", point(0, {"t": 20, "k": 1}), arrival=10)
     s.insert("a", point(0, {"t": 15, "k": 2}), arrival=10)
-    r = run(s, ordered(early_arrival_window=5, late_arrival_tolerance=100))
+    r = run(s, ordered(early_arrival_window=TICK * 5, late_arrival_tolerance=TICK * 100))
     assert trace(r) == [("drop:early", None, None), ("ok", 15, 15)]
     assert r.counts["a"]["dropped_by_reason"]["early"] == 1
     assert r.counts["a"]["events_in"] == 2 and r.counts["a"]["dropped"] == 1
@@ -138,9 +138,9 @@ def test_late_events_adjust_to_arrival_minus_tolerance_or_drop():
     s = EventScript()
     s.insert("a", point(0, {"t": 2, "k": 1}), arrival=10)
     s.insert("a", point(0, {"t": 7, "k": 2}), arrival=10)
-    adjust = run(s, ordered(late_arrival_tolerance=3))
+    adjust = run(s, ordered(late_arrival_tolerance=TICK * 3))
     assert trace(adjust) == [("adjust:late", 7, 2), ("ok", 7, 7)]
-    drop = run(s, ordered(late_arrival_tolerance=3, action=DROP))
+    drop = run(s, ordered(late_arrival_tolerance=TICK * 3, action=DROP))
     assert trace(drop) == [("drop:late", None, 2), ("ok", 7, 7)]
     assert ctis(drop) == [2, 7]
     assert drop.counts["a"]["dropped_by_reason"]["late"] == 1
@@ -152,7 +152,7 @@ def test_out_of_order_events_adjust_to_the_watermark_or_drop():
     s = EventScript()
     for t in (10, 9, 5, 12):
         s.insert("a", point(0, {"t": t, "k": 0}), arrival=10)
-    adjust = run(s, ordered(out_of_order_tolerance=2, late_arrival_tolerance=100))
+    adjust = run(s, ordered(out_of_order_tolerance=TICK * 2, late_arrival_tolerance=TICK * 100))
     assert trace(adjust) == [
         ("ok", 10, 8),
         ("ok", 9, 8),
@@ -160,7 +160,9 @@ def test_out_of_order_events_adjust_to_the_watermark_or_drop():
         ("ok", 12, 10),
     ]
     assert ctis(adjust) == [8, 10]  # one CTI per rise, right after the raising event
-    drop = run(s, ordered(out_of_order_tolerance=2, late_arrival_tolerance=100, action=DROP))
+    drop = run(
+        s, ordered(out_of_order_tolerance=TICK * 2, late_arrival_tolerance=TICK * 100, action=DROP)
+    )
     assert [a for a, _, _ in trace(drop)] == ["ok", "ok", "drop:out-of-order", "ok"]
     assert drop.counts["a"]["dropped_by_reason"]["out-of-order"] == 1
 
@@ -170,7 +172,7 @@ def test_a_late_event_can_be_moved_twice():
     s = EventScript()
     s.insert("a", point(0, {"t": 20, "k": 0}), arrival=16)
     s.insert("a", point(0, {"t": 1, "k": 0}), arrival=16)
-    r = run(s, ordered(late_arrival_tolerance=4, early_arrival_window=None))
+    r = run(s, ordered(late_arrival_tolerance=TICK * 4, early_arrival_window=None))
     assert trace(r) == [("ok", 20, 20), ("adjust:late,out-of-order", 20, 20)]
     assert r.counts["a"]["adjusted_by_reason"] == {
         "cti-violation": 0,
@@ -186,7 +188,10 @@ def test_without_an_event_time_field_arrival_time_is_the_application_time():
     s.insert("a", point(999, {"t": 1, "k": 0}), arrival=3)
     s.insert("a", point(999, {"t": 1, "k": 0}), arrival=3)
     s.insert("a", point(999, {"t": 1, "k": 0}), arrival=8)
-    r = run(s, ordered(event_time=None, out_of_order_tolerance=5, late_arrival_tolerance=0))
+    r = run(
+        s,
+        ordered(event_time=None, out_of_order_tolerance=TICK * 5, late_arrival_tolerance=TICK * 0),
+    )
     assert trace(r) == [("ok", 3, 3), ("ok", 3, 3), ("ok", 8, 8)]
     assert r.output == [
         cti(3),
@@ -235,7 +240,7 @@ def test_substream_watermarks_are_per_key_and_the_input_cti_follows_arrival():
     s.insert("a", point(0, {"t": 100, "k": 1}), arrival=100)
     s.insert("a", point(0, {"t": 50, "k": 2}), arrival=101)  # key 2 far behind, late 60: fine
     s.insert("a", point(0, {"t": 49, "k": 2}), arrival=101)  # below key 2's watermark 50
-    r = run(s, ordered(over="k", late_arrival_tolerance=60))
+    r = run(s, ordered(over="k", late_arrival_tolerance=TICK * 60))
     assert trace(r) == [("ok", 100, 100), ("ok", 50, 50), ("adjust:out-of-order", 50, 50)]
     assert ctis(r) == [40, 41]  # arrival - 60 at each later arrival
     assert r.counts["a"]["keys"][2]["watermark"] == 50
