@@ -436,7 +436,7 @@ def test_a_start_fn_that_overflows_int64_is_refused_naming_the_operator(app):
         stream = Stream.create(
             "a", MemoryInputFactory(), MemoryInputConfig(script=script, schema=SCHEMA), *inputs["a"]
         )
-        query = stream.alter_event_lifetime(lambda s: s + F.lit(10**18), 5).to_query(
+        query = stream.alter_event_lifetime(lambda s: s + F.lit(10**18), TICK * 5).to_query(
             app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.INTERVAL
         )
         try:
@@ -538,7 +538,7 @@ def test_a_grouped_tumbling_window_near_both_ends_of_the_timeline(app, path):
         _near_ends_script(shape),
         {"a": (shape, EXPLICIT)},
         Window(Input("a"), 10, 10, ("k",), (("n", n), ("s", _sum_v))),
-        lambda s: s["a"].tumbling_window(10).group_by("k").aggregate(n=count(), s=F.sum("v")),
+        lambda s: s["a"].tumbling_window(TICK * 10).group_by("k").aggregate(n=count(), s=F.sum("v")),
         EventShape.INTERVAL,
         expected,
         cuts=CUTS,
@@ -578,7 +578,7 @@ def test_a_grouped_hopping_window_near_both_ends_of_the_timeline(app, path):
         _near_ends_script(shape),
         {"a": (shape, EXPLICIT)},
         Window(Input("a"), 10, 5, ("k",), (("n", n), ("s", _sum_v))),
-        lambda s: s["a"].hopping_window(10, 5).group_by("k").aggregate(n=count(), s=F.sum("v")),
+        lambda s: s["a"].hopping_window(TICK * 10, TICK * 5).group_by("k").aggregate(n=count(), s=F.sum("v")),
         EventShape.INTERVAL,
         expected,
         cuts=CUTS,
