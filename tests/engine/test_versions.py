@@ -13,6 +13,7 @@ from ctistream.adapters.memory import (
 )
 from ctistream.bindings import Stream
 from ctistream.engine import (
+    TICK,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
@@ -38,7 +39,7 @@ SCHEMA = "k int, v int, gone boolean"
 COLUMNS = ("k", "v", "gone")
 VERSIONS = Versions(key="k", deleted="gone")
 #: explicit CTIs only (a CTI after 10**6 versions never comes), flushed at the end
-GEN = AdvanceTimeGenerationSettings(10**6, 0, True)
+GEN = AdvanceTimeGenerationSettings(10**6, TICK * 0, True)
 ADJUST = AdvanceTimeSettings(GEN, policy=AdvanceTimePolicy.ADJUST)
 DROP = AdvanceTimeSettings(GEN, policy=AdvanceTimePolicy.DROP)
 
