@@ -243,8 +243,8 @@ def test_windows_at_the_ends_of_the_time_range_are_counted_in_the_scan_as_in_spa
     # Tumbling 10: -inf = -2**63 is 2 mod 10, so the grid window of MIN+3 is [MIN-2, MIN+8),
     # which starts below -inf and does not exist (docs/decisions.md, "Windows"): not counted.
     # MIN+8 is in the first window [MIN+8, MIN+18); CTI 20 completes it, output CTI 20 (the
-    # earliest open window starts at 20). With and without tracing; until now the scan refused
-    # the input (and, traced, Spark raised ARITHMETIC_OVERFLOW).
+    # earliest open window starts at 20). With and without tracing (the traced run computes
+    # the windows in Spark SQL, the untraced one in the scan).
     low = -(2**63)
     script = EventScript()
     script.insert("a", point(low + 3, {"k": 1, "v": 2, "s": "a", "x": 0.5}))
