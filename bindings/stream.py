@@ -30,7 +30,7 @@ from ctistream.engine.plan import (
     walk,
 )
 from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings, Versions
-from ctistream.engine.temporal import to_duration_ticks
+from ctistream.engine.temporal import duration_text, to_duration_ticks
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -221,6 +221,8 @@ def _node_name(node: Any) -> str | None:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, timedelta):  # as the interval string that spells it
+        return repr(duration_text(to_duration_ticks(value, name="", owner="")))
     return str(value) if isinstance(value, Column) else repr(value)
 
 

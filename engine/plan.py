@@ -10,11 +10,11 @@ import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from datetime import timedelta
 from typing import Any, ClassVar
 
 from ctistream.engine.events import EventShape
 from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings, Versions
+from ctistream.engine.temporal import duration_text
 from pyspark.sql import Column
 
 __all__ = [
@@ -69,11 +69,6 @@ def _node_text(node: Any) -> str:
     if kind == "Alias" and node.name().length() == 1:
         return f"{_node_text(node.child())} AS {node.name().apply(0)}"
     return str(node.sql())
-
-
-def _span(ticks: int) -> str:
-    """A duration in ticks as ``H:MM:SS[.ffffff]`` (``timedelta``'s form), signed."""
-    return ("-" if ticks < 0 else "") + str(timedelta(microseconds=abs(ticks)))
 
 
 def _aggregates(keys: tuple[str, ...], aggregates: tuple[tuple[str, Column], ...]) -> str:
@@ -199,12 +194,12 @@ class LifetimeNode(Node):
             return "to_point"
         parts = []
         if self.shift:
-            parts.append(f"shift_event_time {_span(self.shift)}")
+            parts.append(f"shift_event_time {duration_text(self.shift)}")
         if self.start_fn is not None:
             name = getattr(self.start_fn, "__name__", type(self.start_fn).__name__)
-            parts.append(f"alter_event_lifetime {name}, {_span(self.duration or 0)}")
+            parts.append(f"alter_event_lifetime {name}, {duration_text(self.duration or 0)}")
         elif self.duration is not None:
-            parts.append(f"alter_event_duration {_span(self.duration)}")
+            parts.append(f"alter_event_duration {duration_text(self.duration)}")
         return ", ".join(parts) or "lifetime (unchanged)"
 
 
@@ -226,9 +221,9 @@ class WindowNode(Node):
 
     def label(self) -> str:
         if self.size == self.hop:
-            window = f"tumbling_window {_span(self.size)}"
+            window = f"tumbling_window {duration_text(self.size)}"
         else:
-            window = f"hopping_window {_span(self.size)} every {_span(self.hop)}"
+            window = f"hopping_window {duration_text(self.size)} every {duration_text(self.hop)}"
         at_end = ", each result a point at its window's end" if self.point_at_end else ""
         return f"{window}{_aggregates(self.keys, self.aggregates)}{at_end}"
 

@@ -192,6 +192,18 @@ def to_duration_ticks(
     return ticks
 
 
+def duration_text(ticks: int) -> str:
+    """A duration as the interval string that reads back to it (:func:`to_duration_ticks`),
+    in its largest whole unit: ``"10 seconds"``, ``"1 minute"``, ``"10 microseconds"``."""
+    if ticks == 0:
+        return "0 seconds"
+    for unit, size in _UNIT_TICKS.items():
+        if ticks % size == 0:
+            n = ticks // size
+            return f"{n} {unit}" + ("" if abs(n) == 1 else "s")
+    raise AssertionError("a microsecond divides every duration")
+
+
 def to_duration(
     value: timedelta | str, *, name: str, owner: str, min_ticks: int | None = None
 ) -> timedelta:

@@ -43,7 +43,6 @@ read) instead of its events, for the aggregates Arrow computes as Spark does (:f
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any
 
 from ctistream.engine._model import Choice
@@ -72,7 +71,7 @@ from ctistream.engine.rows import (
     keyed_rises,
     sql_names,
 )
-from ctistream.engine.temporal import MAX_TIME, MIN_TIME
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, duration_text
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -483,7 +482,7 @@ _ORDERED = frozenset(
 
 
 def _where(spec: WindowSpec) -> str:
-    size, hop = timedelta(microseconds=spec.size), timedelta(microseconds=spec.hop)
+    size, hop = duration_text(spec.size), duration_text(spec.hop)
     if spec.hop == spec.size:
         return f"tumbling_window({size!r})"
     return f"hopping_window({size!r}, {hop!r})"

@@ -78,10 +78,10 @@ def test_explain_shows_each_operator_with_its_key_and_cti_rule(spark):  # Column
         f"select device, top  key -  CTI: {SAME}",
         "  merge_substreams  key -  CTI: the input's CTIs that hold for every key; keyed CTIs "
         "dropped (§7)",
-        "    tumbling_window 0:01:00 group_by device aggregate n=count(*), top=max(v), each "
+        "    tumbling_window 1 minute group_by device aggregate n=count(*), top=max(v), each "
         "result a point at its window's end  key 'device'  CTI: pulled back to the start of the "
         "earliest window still open (§5)",
-        "      shift_event_time 0:00:05  key 'device'  CTI: moved as an event's start is: "
+        "      shift_event_time 5 seconds  key 'device'  CTI: moved as an event's start is: "
         "start_fn(c + shift) (§5)",
         "        join on device  key 'device'  CTI: the older of the two sides' latest CTIs (§5)",
         f"          where (v > 0.5)  key 'device'  CTI: {SAME}",
@@ -107,9 +107,9 @@ def test_explain_names_the_lifetime_operators_and_the_hopping_window(spark):
     lifetime = "CTI: moved as an event's start is: start_fn(c + shift) (§5)"
     assert lines == [
         f"to_point  key -  {lifetime}",
-        f"alter_event_duration 0:01:30  key -  {lifetime}",
-        f"shift_event_time -0:00:05  key -  {lifetime}",
-        "hopping_window 0:01:00 every 0:00:10 aggregate s=sum(v)  key -  CTI: pulled back to "
+        f"alter_event_duration 90 seconds  key -  {lifetime}",
+        f"shift_event_time -5 seconds  key -  {lifetime}",
+        "hopping_window 1 minute every 10 seconds aggregate s=sum(v)  key -  CTI: pulled back to "
         "the start of the earliest window still open (§5)",
         "snapshot_window group_by k aggregate n=count(v)  key -  CTI: the start of the snapshot "
         "that holds the input's CTI, or that CTI where no event spans it (§5)",

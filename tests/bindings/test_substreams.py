@@ -144,13 +144,12 @@ def test_a_join_or_union_of_streams_with_the_same_key_keeps_it():
         ),
         (
             lambda s: s.tumbling_window(TICK * 10).aggregate(n=F.count("*")),
-            "tumbling_window(datetime.timedelta(microseconds=10)).aggregate(n)",
+            "tumbling_window('10 microseconds').aggregate(n)",
             ".group_by('k')",
         ),
         (
             lambda s: s.hopping_window(TICK * 10, TICK * 5).group_by("j").aggregate(n=F.count("*")),
-            "hopping_window(datetime.timedelta(microseconds=10), "
-            "datetime.timedelta(microseconds=5)).group_by('j').aggregate(n)",
+            "hopping_window('10 microseconds', '5 microseconds').group_by('j').aggregate(n)",
             ".group_by('j', 'k')",
         ),
         (
@@ -199,7 +198,9 @@ def test_the_error_names_the_side_and_the_operator_called_not_an_earlier_one(spa
     a = _input("a")
     kept = a.where("v > 0").shift_event_time(TICK * 3).select("k", "v")  # nothing lost yet
     windowed = kept.tumbling_window(TICK * 10).group_by("v")  # nor here: the window is not made yet
-    with pytest.raises(QueryBuildError, match=r"^tumbling_window\(10\)\.group_by\('v'\)"):
+    with pytest.raises(
+        QueryBuildError, match=r"^tumbling_window\('10 microseconds'\)\.group_by\('v'\)"
+    ):
         windowed.aggregate(total=F.sum("v"))
     with pytest.raises(QueryBuildError) as error:
         _input("ref", over=None).join(a, on="j")
@@ -260,7 +261,10 @@ def test_a_template_that_loses_a_key_given_at_binding_fails_in_create_query(app)
     text = str(error.value)
     assert "1 binding problem(s)" in text
     assert "bind_producer('in', ..., ordering=EventOrderingSettings(over='k'))" in text
-    assert "in template 'per-j', tumbling_window(10).group_by('j').aggregate(n) loses" in text
+    assert (
+        "in template 'per-j', tumbling_window('10 microseconds').group_by('j').aggregate(n) loses"
+        in text
+    )
     assert "substream key 'k' of input 'in'" in text
     assert "Fix: .group_by('j', 'k')" in text and "or bind without over=" in text
     assert name not in app.queries

@@ -538,7 +538,9 @@ def test_a_grouped_tumbling_window_near_both_ends_of_the_timeline(app, path):
         _near_ends_script(shape),
         {"a": (shape, EXPLICIT)},
         Window(Input("a"), 10, 10, ("k",), (("n", n), ("s", _sum_v))),
-        lambda s: s["a"].tumbling_window(TICK * 10).group_by("k").aggregate(n=count(), s=F.sum("v")),
+        lambda s: (
+            s["a"].tumbling_window(TICK * 10).group_by("k").aggregate(n=count(), s=F.sum("v"))
+        ),
         EventShape.INTERVAL,
         expected,
         cuts=CUTS,
@@ -578,7 +580,12 @@ def test_a_grouped_hopping_window_near_both_ends_of_the_timeline(app, path):
         _near_ends_script(shape),
         {"a": (shape, EXPLICIT)},
         Window(Input("a"), 10, 5, ("k",), (("n", n), ("s", _sum_v))),
-        lambda s: s["a"].hopping_window(TICK * 10, TICK * 5).group_by("k").aggregate(n=count(), s=F.sum("v")),
+        lambda s: (
+            s["a"]
+            .hopping_window(TICK * 10, TICK * 5)
+            .group_by("k")
+            .aggregate(n=count(), s=F.sum("v"))
+        ),
         EventShape.INTERVAL,
         expected,
         cuts=CUTS,

@@ -31,7 +31,7 @@ from ctistream.engine import (
     interval,
     point,
 )
-from ctistream.engine.temporal import to_duration_ticks
+from ctistream.engine.temporal import duration_text, to_duration_ticks
 from pydantic import ValidationError
 from pyspark.sql import functions as F
 
@@ -276,3 +276,21 @@ def test_connector_timeouts_take_strings_and_refuse_bare_numbers():
         receive_timeout="1 minute",
     )
     assert hub.receive_timeout == timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(
+    ("ticks", "text"),
+    [
+        # the largest unit that divides the duration: 90 s is no whole number of minutes
+        (90_000_000, "90 seconds"),
+        (60_000_000, "1 minute"),
+        (1_500_000, "1500 milliseconds"),
+        (10, "10 microseconds"),
+        (-5_000_000, "-5 seconds"),
+        (7 * 86_400_000_000, "1 week"),
+        (0, "0 seconds"),
+    ],
+)
+def test_a_duration_is_shown_as_the_interval_string_that_reads_back_to_it(ticks, text):
+    assert duration_text(ticks) == text
+    assert to_duration_ticks(text, name="size", owner="tumbling_window()") == ticks
