@@ -40,7 +40,7 @@ from ctistream.engine._spark import parse_schema
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.events import EventShape
 from ctistream.engine.plan import InputNode, Node, substitute, walk
-from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings
+from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings, Versions
 
 __all__ = ["QueryBinder", "QueryTemplate"]
 
@@ -129,14 +129,21 @@ class QueryBinder:
         advance_time_settings: AdvanceTimeSettings | None = None,
         *,
         ordering: EventOrderingSettings | None = None,
+        versions: Versions | None = None,
     ) -> QueryBinder:
         """Bind the template input ``name`` to adapters made by ``factory`` from ``config``,
-        producing events of ``shape``; ``advance_time_settings`` and ``ordering`` as in
-        :meth:`Stream.create` (they override the factory's declared settings, and may import
-        another bound input's CTIs)."""
+        producing events of ``shape``; ``advance_time_settings``, ``ordering`` and
+        ``versions`` as in :meth:`Stream.create` (the settings override the factory's declared
+        ones, and may import another bound input's CTIs)."""
         # Stream.create checks the argument types and stamps the binding order.
         node = Stream.create(
-            name, factory, config, shape, advance_time_settings, ordering=ordering
+            name,
+            factory,
+            config,
+            shape,
+            advance_time_settings,
+            ordering=ordering,
+            versions=versions,
         ).node
         assert isinstance(node, InputNode)
         self._producers.append(node)

@@ -21,6 +21,7 @@ from ctistream.engine import (
     AdvanceTimeSettings,
     EventShape,
     QueryBuildError,
+    Versions,
     cti,
     interval,
     point,
@@ -278,3 +279,34 @@ def test_substitute_copies_only_what_is_above_a_replaced_node_and_keeps_sharing(
     selects = [n for n in nodes if isinstance(n, SelectNode) and n.child is wheres[0]]
     assert len(selects) == 1
     assert next(iter(walk(root))) is unbound.node  # the original is untouched
+
+
+def test_a_template_input_bound_as_versions_gets_its_edges_made(app):
+    # The template passes the limits through; the binding says its rows are versions of a
+    # sensor's limit. Rows (valid from, sensor, limit): (1, 7, 5.0), (4, 7, 6.0), then CTI 10.
+    # Sensor 7's second version closes the first at 4: [1, 4) limit 5.0; the second stays open
+    # until the end of input's +inf CTI, which commits it as [4, +inf).
+    limits = Stream.input("limits", "sensor bigint, limit double")
+    template = app.create_query_template("limits-as-versions", limits.select("sensor", "limit"))
+    script = EventScript()
+    script.insert("lim", point(1, {"sensor": 7, "limit": 5.0}))
+    script.insert("lim", point(4, {"sensor": 7, "limit": 6.0}))
+    script.cti("lim", 10).end("lim")
+    binder = (
+        QueryBinder(template)
+        .bind_producer(
+            "limits",
+            MemoryInputFactory(),
+            MemoryInputConfig(script=script, stream="lim"),
+            EventShape.POINT,
+            versions=Versions(key="sensor"),
+        )
+        .add_consumer("out", *_out("binder-versions"))
+    )
+    app.create_query("limits-as-versions", binder).run()
+    assert MemoryOutputFactory.collected("binder-versions") == [
+        interval(1, 4, {"sensor": 7, "limit": 5.0}),
+        cti(10),
+        interval(4, MAX_TIME, {"sensor": 7, "limit": 6.0}),
+        cti(MAX_TIME),
+    ]
