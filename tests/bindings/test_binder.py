@@ -23,6 +23,8 @@ from ctistream.engine import (
     QueryBuildError,
     Versions,
     cti,
+    edge_end,
+    edge_start,
     interval,
     point,
 )
@@ -284,8 +286,9 @@ def test_substitute_copies_only_what_is_above_a_replaced_node_and_keeps_sharing(
 def test_a_template_input_bound_as_versions_gets_its_edges_made(app):
     # The template passes the limits through; the binding says its rows are versions of a
     # sensor's limit. Rows (valid from, sensor, limit): (1, 7, 5.0), (4, 7, 6.0), then CTI 10.
-    # Sensor 7's second version closes the first at 4: [1, 4) limit 5.0; the second stays open
-    # until the end of input's +inf CTI, which commits it as [4, +inf).
+    # Sensor 7's second version closes the first at 4, so CTI 10 commits, sorted by (start,
+    # end) with a START edge before the END edges of its start: START 5.0 at 1, its END at 4,
+    # START 6.0 at 4 (open: its END edge never comes); then the end of input's +inf CTI.
     limits = Stream.input("limits", "sensor bigint, limit double")
     template = app.create_query_template("limits-as-versions", limits.select("sensor", "limit"))
     script = EventScript()
@@ -301,12 +304,19 @@ def test_a_template_input_bound_as_versions_gets_its_edges_made(app):
             EventShape.POINT,
             versions=Versions(key="sensor"),
         )
-        .add_consumer("out", *_out("binder-versions"))
+        .add_consumer(
+            "out",
+            MemoryOutputFactory(),
+            MemoryOutputConfig(name="binder-versions"),
+            EventShape.EDGE,
+        )
     )
     app.create_query("limits-as-versions", binder).run()
+    five, six = {"sensor": 7, "limit": 5.0}, {"sensor": 7, "limit": 6.0}
     assert MemoryOutputFactory.collected("binder-versions") == [
-        interval(1, 4, {"sensor": 7, "limit": 5.0}),
+        edge_start(1, five),
+        edge_end(1, 4, five),
+        edge_start(4, six),
         cti(10),
-        interval(4, MAX_TIME, {"sensor": 7, "limit": 6.0}),
         cti(MAX_TIME),
     ]
