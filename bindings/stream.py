@@ -558,7 +558,7 @@ class Stream:
             self._node,
             start_fn=start_fn,
             duration=_positive(duration, "duration", "alter_event_lifetime()"),
-            call=f"alter_event_lifetime({name}, {duration!r})",
+            call=f"alter_event_lifetime({name}, {_show(duration)})",
         )
         return self._then(node, _keep)
 

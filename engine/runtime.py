@@ -606,11 +606,15 @@ class Runtime:
             where = f"in {node.call}"
         else:
             where = "in a Spark task of the epoch"
+        message = spark_message(error)
+        fix = (
+            ""  # an error of the engine's or an adapter's, raised in a task, carries its own
+            if "Fix:" in message
+            else ". Fix: correct the expression or function it names for the values it met "
+            "(this error's spark_error holds Spark's exception as raised)"
+        )
         return QueryRunError(
-            f"query {self.name!r}, epoch {k}: Spark failed {where}: {spark_message(error)}. "
-            "Fix: correct the expression or function it names for the values it met (this "
-            "error's spark_error holds Spark's exception as raised)",
-            error,
+            f"query {self.name!r}, epoch {k}: Spark failed {where}: {message}{fix}", error
         )
 
     def metrics(self) -> dict[str, dict[str, Any]]:
@@ -1001,15 +1005,14 @@ def _undelivered(first: int, items: list, delivered: int | None) -> tuple[int, l
 
 
 def _check_output(name: str, output: OutputAdapter) -> None:
-    """An output adapter written for an earlier contract would receive items it holds again, or
-    fail mid-run: refuse it when the query is built, with the fix. Per epoch:
-    ``delivered_through()``; per item within an epoch: ``deliver(epoch, items)`` without
-    ``first``."""
+    """Refuse, when the query is built and with the fix, an output adapter that would receive
+    items it holds again or fail mid-run: one that defines ``delivered_through()`` (progress per
+    epoch) instead of :meth:`OutputAdapter.progress`, or whose ``deliver`` takes no ``first``."""
     kind = type(output)
     if hasattr(kind, "delivered_through") and kind.progress is OutputAdapter.progress:
         raise QueryBuildError(
-            f"query {name!r}: {kind.__name__} defines delivered_through(), which the engine no "
-            "longer calls; expected progress() -> int or None, how many of the query's output "
+            f"query {name!r}: {kind.__name__} defines delivered_through(), which the engine does "
+            "not call; expected progress() -> int or None, how many of the query's output "
             "items the output holds (output progress is tracked per item: an epoch that failed "
             "part-way is completed after a restart). Fix: rename it to progress(), record "
             "first + len(items) with what deliver(epoch, items, first) writes, and return it"

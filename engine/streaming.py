@@ -163,8 +163,9 @@ class Streamer:
         ended on its own stays ended either way."""
         rt, where = self.rt, str(self.dir.path) if self.dir is not None else None
         fix = (
-            "Fix: start the query with a new checkpoint directory (it reads its inputs again "
-            "from their start)"
+            "Fix: start the query with a new checkpoint directory and a new, empty output (it "
+            "reads its inputs again from their start and numbers its output items from the "
+            "first)"
         )
         if last is not None and last[1].get("stop"):
             why = (

@@ -47,7 +47,7 @@ from ctistream.engine.rows import (
     saturating_sub,
     sql_names,
 )
-from ctistream.engine.temporal import MAX_TIME, MIN_TIME
+from ctistream.engine.temporal import MAX_TIME, MIN_TIME, duration_text
 from pyspark.errors import ArithmeticException
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -166,7 +166,8 @@ def _overflow(flow: Flow, duration: int | None) -> OverflowError:
         f" between {seen['lo']} and {seen['hi']} ticks" if seen and seen["lo"] is not None else ""
     )
     return OverflowError(
-        f"alter_event_lifetime(start_fn, duration={duration} ticks): start_fn overflowed bigint "
+        f"alter_event_lifetime(start_fn, duration={duration_text(duration or 0)!r}): start_fn "
+        "overflowed bigint "
         f"for a start or CTI{span} (Spark's ARITHMETIC_OVERFLOW); expected start_fn to map every "
         f"time to int64 ticks [{MIN_TIME}, {MAX_TIME}] (semantics §1; +inf is the largest). "
         "Fix: keep start_fn's arithmetic within bigint, e.g. "

@@ -429,7 +429,8 @@ def test_a_start_fn_that_overflows_int64_is_refused_naming_the_operator(app):
     script.insert("a", point(MAX_TIME - 10**17, {"k": 1, "v": 2}))
     inputs = {"a": (EventShape.POINT, EXPLICIT)}
     plan = AlterEventLifetime(Input("a"), lambda t: t + 10**18, 5)
-    with pytest.raises(OverflowError, match=r"alter_event_lifetime\(start_fn, duration=5 ticks\)"):
+    refused = r"alter_event_lifetime\(start_fn, duration='5 microseconds'\)"
+    with pytest.raises(OverflowError, match=refused):
         run_reference(script, [Binding("a", EXPLICIT, COLUMNS)], plan, EventShape.INTERVAL)
     for epochs in (1, [1, 2]):
         sink = f"overflow{epochs!r}"
@@ -445,7 +446,9 @@ def test_a_start_fn_that_overflows_int64_is_refused_naming_the_operator(app):
         finally:
             app.queries.pop(sink, None)
         message = str(failed.value)
-        assert message.startswith("alter_event_lifetime(start_fn, duration=5 ticks): start_fn ")
+        assert message.startswith(
+            "alter_event_lifetime(start_fn, duration='5 microseconds'): start_fn "
+        )
         assert f"between 0 and {MAX_TIME - 10**17} ticks" in message or epochs != 1, message
         assert "Fix: " in message, message
         before = [interval(10**18, 10**18 + 5, {"k": 1, "v": 1}), cti(10**18 + 10)]

@@ -115,7 +115,13 @@ from ctistream.engine.settings import (
     EventOrderingSettings,
     Versions,
 )
-from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks, saturating_sub
+from ctistream.engine.temporal import (
+    MAX_TIME,
+    MIN_TIME,
+    duration_text,
+    format_ticks,
+    saturating_sub,
+)
 
 from .ordering import Decision, Ordering
 
@@ -888,8 +894,8 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) 
             v = fn(t)
             if not MIN_TIME <= v <= MAX_TIME:
                 raise OverflowError(
-                    f"alter_event_lifetime(start_fn, duration={duration} ticks): start_fn({t}) "
-                    f"= {v} is outside int64"
+                    f"alter_event_lifetime(start_fn, duration={duration_text(duration)!r}): "
+                    f"start_fn({t}) = {v} is outside int64"
                 )
             return v
 
