@@ -128,6 +128,9 @@ class InputNode(Node):
     def label(self) -> str:
         if self.shape is None:
             return f"input {self.name!r} (template input: {self.schema})"
+        if self.versions is not None:
+            keys = ", ".join(self.versions.key)
+            return f"input {self.name!r} (versions of {keys}, made into EDGE events)"
         return f"input {self.name!r} ({self.shape.value})"
 
 
@@ -184,7 +187,13 @@ class LifetimeNode(Node):
     start_fn: Callable[[Column], Column] | None = None
     duration: int | None = None
 
-    cti_rule: ClassVar[str] = "moved as an event's start is: start_fn(c + shift) (§5)"
+    @property
+    def cti_rule(self) -> str:  # type: ignore[override]
+        if self.start_fn is not None:
+            return "moved as an event's start is: start_fn(c + shift) (§5)"
+        if self.shift:
+            return "moved by the shift: c + shift (§5)"
+        return "the input's, unchanged (§5)"
 
     def children(self) -> Sequence[Node]:
         return (self.child,)
@@ -214,7 +223,13 @@ class WindowNode(Node):
     aggregates: tuple[tuple[str, Column], ...]
     point_at_end: bool = False
 
-    cti_rule: ClassVar[str] = "pulled back to the start of the earliest window still open (§5)"
+    @property
+    def cti_rule(self) -> str:  # type: ignore[override]
+        where = "end" if self.point_at_end else "start"
+        return (
+            f"pulled back to the {where} of the earliest window still open; the input's "
+            "when none is (§5)"
+        )
 
     def children(self) -> Sequence[Node]:
         return (self.child,)

@@ -25,6 +25,7 @@ from ctistream import (
     EventOrderingSettings,
     EventShape,
     Stream,
+    Versions,
     WindowOutput,
     cti,
     edge_end,
@@ -79,10 +80,9 @@ def test_explain_shows_each_operator_with_its_key_and_cti_rule(spark):  # Column
         "  merge_substreams  key -  CTI: the input's CTIs that hold for every key; keyed CTIs "
         "dropped (§7)",
         "    tumbling_window 1 minute group_by device aggregate n=count(*), top=max(v), each "
-        "result a point at its window's end  key 'device'  CTI: pulled back to the start of the "
-        "earliest window still open (§5)",
-        "      shift_event_time 5 seconds  key 'device'  CTI: moved as an event's start is: "
-        "start_fn(c + shift) (§5)",
+        "result a point at its window's end  key 'device'  CTI: pulled back to the end of the "
+        "earliest window still open; the input's when none is (§5)",
+        "      shift_event_time 5 seconds  key 'device'  CTI: moved by the shift: c + shift (§5)",
         "        join on device  key 'device'  CTI: the older of the two sides' latest CTIs (§5)",
         f"          where (v > 0.5)  key 'device'  CTI: {SAME}",
         f"            input 'sensors' (POINT)  key 'device'  CTI: {INPUT_RULE}",
@@ -104,13 +104,13 @@ def test_explain_names_the_lifetime_operators_and_the_hopping_window(spark):
         a.union(a.where("v > 1")).explain().splitlines()[0],
         a.anti_join(a, on=["k"]).explain().splitlines()[-1],
     ]
-    lifetime = "CTI: moved as an event's start is: start_fn(c + shift) (§5)"
+    # to_point and alter_event_duration keep every start, so the CTI too; a shift moves both
     assert lines == [
-        f"to_point  key -  {lifetime}",
-        f"alter_event_duration 90 seconds  key -  {lifetime}",
-        f"shift_event_time -5 seconds  key -  {lifetime}",
+        f"to_point  key -  CTI: {SAME}",
+        f"alter_event_duration 90 seconds  key -  CTI: {SAME}",
+        "shift_event_time -5 seconds  key -  CTI: moved by the shift: c + shift (§5)",
         "hopping_window 1 minute every 10 seconds aggregate s=sum(v)  key -  CTI: pulled back to "
-        "the start of the earliest window still open (§5)",
+        "the start of the earliest window still open; the input's when none is (§5)",
         "snapshot_window group_by k aggregate n=count(v)  key -  CTI: the start of the snapshot "
         "that holds the input's CTI, or that CTI where no event spans it (§5)",
         "union of 2  key -  CTI: the oldest of the inputs' latest CTIs (§5)",
@@ -198,3 +198,15 @@ def test_metrics_and_the_query_repr_show_ctis_in_iso_with_ticks_beside(app):
         )
     finally:
         app.queries.pop(name, None)
+
+
+def test_explain_names_an_input_given_as_versions_and_what_it_becomes(spark):
+    limits = Stream.create(
+        "limits",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=EventScript(), schema="site string, device string, limit double"),
+        EventShape.POINT,
+        versions=Versions(key=("site", "device")),
+    )
+    made = "input 'limits' (versions of site, device, made into EDGE events)"
+    assert limits.explain() == f"{made}  key -  CTI: {INPUT_RULE}"
