@@ -164,7 +164,9 @@ def test_a_late_version_without_a_policy_is_a_cti_violation(app):
     with pytest.raises(CtiViolationError) as got:
         spark_run(app, script, inputs, None, EventShape.EDGE, [2])
     assert str(got.value) == str(ref_error.value)
-    assert "point(15, {'k': 1, 'v': 60, 'gone': False})" in str(got.value)
+    assert "point(1970-01-01T00:00:00.000015+00:00, {'k': 1, 'v': 60, 'gone': False})" in str(
+        got.value
+    )
 
 
 def test_versions_are_checked_when_the_query_is_built(app):
