@@ -150,9 +150,9 @@ class Runtime:
     def __post_init__(self) -> None:
         _check_output(self.name, self.output)
         self.inputs = self._bind()
+        self._order = self._import_order()
         # every column the operators name, resolved now: a mistake fails here, not in an epoch
         check_columns(self.spark, self.root, {id(b.node): b.schema for b in self.inputs})
-        self._order = self._import_order()
         #: operators whose output only windows read (``intervals`` for a join below a window)
         self._for_lifetimes = _read_for_lifetimes(self.root)
         #: per input index, the window that alone reads it, aggregated in its scan

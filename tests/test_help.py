@@ -30,7 +30,10 @@ def test_help_of_the_package_lists_no_inherited_pydantic_or_str_methods():
 
 def test_help_of_a_settings_class_shows_its_signature_docstring_and_own_members():
     shown = _help(ctistream.AdvanceTimeGenerationSettings)
-    assert "AdvanceTimeGenerationSettings(frequency: 'int | timedelta | None' = None" in shown
+    assert (
+        "AdvanceTimeGenerationSettings(frequency: 'int | timedelta | str | None' = None, "
+        "delay: 'timedelta | str'"
+    ) in shown
     assert "Generate CTIs from the events of an input." in shown
     assert "frequency_ticks" in shown  # its own property
     assert "model_validate" not in shown and "model_fields" not in shown

@@ -212,7 +212,8 @@ def test_which_windows_are_aggregated_in_the_scan(app, case, pushed):
     }.get(case, F.count("*"))
     out = by_k.aggregate(a=aggregate)
     if case == "read twice":
-        out = out.union(s.alter_event_duration(TICK * 10).select("k"))
+        again = s.alter_event_duration(TICK * 10).select("k", F.lit(0).cast("bigint").alias("a"))
+        out = out.union(again)
     if case == "after a filter":
         out = (
             s.where(F.col("v") > 0).tumbling_window(TICK * 10).group_by("k").aggregate(a=aggregate)
