@@ -327,8 +327,9 @@ def test_a_query_stopped_with_flush_refuses_to_start_again_on_its_checkpoint(
         "1): the inputs that flush on stop are at CTI +inf, so every event read from now on "
         "would be dropped as a CTI violation; expected the checkpoint of a query that was not "
         "stopped, or stopped with stop(flush=False). Fix: start the query with a new checkpoint "
-        "directory (it reads its inputs again from their start), or stop it with "
-        "stop(flush=False) to resume it later"
+        "directory and a new, empty output (it reads its inputs again from their start and "
+        "numbers its output items from the first), or stop it with stop(flush=False) to resume "
+        "it later"
     )
     assert kf.read_back(b, sink) == stopped
 
@@ -415,7 +416,8 @@ def test_a_query_whose_inputs_all_ended_refuses_to_start_again_on_its_checkpoint
         f"query {again.name!r}: its checkpoint {str(ckpt)!r} records that every input ended "
         "(all at CTI +inf): nothing read from now on could change the output; expected a "
         "checkpoint with an input below +inf. Fix: start the query with a new checkpoint "
-        "directory (it reads its inputs again from their start)"
+        "directory and a new, empty output (it reads its inputs again from their start and "
+        "numbers its output items from the first)"
     )
 
 
