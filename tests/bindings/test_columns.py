@@ -66,7 +66,7 @@ CASES = {
         ["id", "v"],
         "v",
     ),
-    # the example: today it builds, then fails at run time with an IndexError
+    # a misspelt join key must not build and then fail at run time with an IndexError
     "join": (lambda s: s.join(_other(), on="nope"), "join(on='nope')", "nope", ["id", "v"], None),
     "join close": (
         lambda s: s.join(_other(), on="idd"),

@@ -118,7 +118,7 @@ def test_a_tumbling_window_counts_an_interval_to_inf_up_to_the_latest_finite_mom
     # CTI 25 completes [0, 10) and [10, 20) (ws + 10 <= 25): n = 1 each; output CTI = the start
     # of the earliest open window = 20. The latest finite moment seen is L = max(start 0, CTI
     # 25) = 25 (the end +inf is not finite), so at +inf the windows starting at or before 25
-    # complete: [20, 30) only. Today: the scan tries to count it in 9.2e17 windows.
+    # complete: [20, 30) only. Guards against: the scan tries to count it in 9.2e17 windows.
     script = EventScript()
     script.insert("a", interval(0, MAX_TIME, {"k": 1, "v": 1}))
     script.cti("a", 25)
@@ -306,7 +306,7 @@ def test_a_shift_past_max_time_saturates_and_drops_the_events_that_land_at_inf(a
     # shift +10. CTI MAX-30 -> MAX-20. [MAX-15, MAX-2) -> [MAX-5, +inf): kept (its end
     # saturates). point MAX-5 -> start MAX+5 saturates at +inf: dropped, counted (1). point
     # MAX-20 -> [MAX-10, MAX-9). CTI MAX-3 -> MAX+7 saturates: the CTI +inf, which releases
-    # both kept events (sorted by start). Today: Spark's ARITHMETIC_OVERFLOW.
+    # both kept events (sorted by start). Guards against: Spark's ARITHMETIC_OVERFLOW.
     script = EventScript()
     script.cti("a", MAX_TIME - 30)
     script.insert("a", interval(MAX_TIME - 15, MAX_TIME - 2, {"k": 1, "v": 1}))
@@ -361,7 +361,7 @@ def test_a_shift_past_min_time_drops_the_events_that_land_at_minus_inf(app):
     # shift -10. CTI MIN+5 -> MIN-5 saturates at -inf: not emitted (not above -inf). point
     # MIN+5 -> start -inf: dropped. point MIN+20 -> [MIN+10, MIN+11). [MIN+8, MIN+30) -> start
     # MIN-2 saturates at -inf: dropped (2 in all). The stop's +inf releases the one kept.
-    # Today: point(-9223372036854775808) is delivered.
+    # Guards against: point(-9223372036854775808) is delivered.
     script = EventScript()
     script.cti("a", MIN_TIME + 5)
     script.insert("a", point(MIN_TIME + 5, {"k": 1, "v": 1}))
@@ -422,7 +422,7 @@ def test_a_start_fn_that_overflows_int64_is_refused_naming_the_operator(app):
     # Spark's bigint arithmetic in the user's expression cannot saturate, so the run fails with
     # an OverflowError naming the operator and the fix, in the reference and in Spark (1 epoch,
     # one per item: the epochs before the point deliver what the reference does before it).
-    # Today: Spark's ARITHMETIC_OVERFLOW, and the reference saturates.
+    # Guards against: Spark's ARITHMETIC_OVERFLOW, and the reference saturates.
     script = EventScript()
     script.insert("a", point(0, {"k": 1, "v": 1}))
     script.cti("a", 10)
@@ -517,7 +517,7 @@ def test_a_grouped_tumbling_window_near_both_ends_of_the_timeline(app, path):
     # tumbling 10 per k, n = count, s = sum(v). Grid starts: MIN+8 is the first above -inf (the
     # grid start MIN-2 is below it); [MAX-17, MAX-7) is the last window ending below +inf.
     # CTI MIN+1: the earliest open window would start at MIN-2, below -inf: the first that
-    # exists is MIN+8: output CTI MIN+8 (today: MIN-2 in the reference, an overflow in Spark).
+    # exists is MIN+8: output CTI MIN+8 (never a CTI below -inf).
     # point MIN+1 (k1 v1) lies in [MIN-2, MIN+8) only: no window, not counted.
     # MIN+8 (k1 v2), MIN+9 (k2 v3): [MIN+8, MIN+18). CTI MIN+20 completes it; output CTI MIN+18.
     # MAX-18 (k1 v4): [MAX-27, MAX-17). MAX-17 (k1 v5), MAX-8 (k2 v6): [MAX-17, MAX-7).
@@ -603,7 +603,7 @@ def test_a_snapshot_with_nothing_live_at_its_cti_does_not_stall_a_union(app):
     # a's CTI 200: the snapshot [0, 10) is final (10 < 200): (k=1, v=1). No event has
     # start < 200 <= end, so the snapshot's output CTI is 200 itself. The union's CTI is
     # min(200, b's) = 200 after b's CTI: it releases [0, 10) and b's point at 150.
-    # Today: the snapshot's CTI stays at 10 (its last endpoint) and b's point never leaves.
+    # Guards against: the snapshot's CTI stays at 10 (its last endpoint) and b's point never leaves.
     script = EventScript()
     script.insert("a", interval(0, 10, {"k": 1, "v": 1}))
     script.cti("a", 200)
@@ -629,8 +629,8 @@ def test_a_snapshot_counts_an_edge_never_closed_in_its_last_snapshot_at_inf(app)
     # CTI 50: endpoints 0, 5, 12, 30, 40, +inf: [12, 30) (n=1: the edge; [5, 12) has left the
     # state by then, its endpoint 12 has not) and [30, 40) (n=2); output CTI 40.
     # +inf: every snapshot is final, the last [40, +inf) too (n=1: the edge counts up to the
-    # snapshot that contains the latest finite moment 50). Today: no [40, +inf), and [12, 30)
-    # lost when an epoch ends between the CTIs 25 and 50.
+    # snapshot that contains the latest finite moment 50). Guards against: no [40, +inf), and
+    # [12, 30) lost when an epoch ends between the CTIs 25 and 50.
     script = EventScript()
     script.insert("a", edge_start(0, {"k": 1, "v": 1}))
     script.insert("a", edge_start(5, {"k": 1, "v": 2}))

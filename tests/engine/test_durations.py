@@ -174,7 +174,7 @@ def test_ordering_tolerances_may_not_be_negative():
 
 
 def test_settings_store_a_string_as_the_timedelta_it_spells():
-    # 5 and 5.0 used to mean 5 µs and 5 s; now both are refused and the spellings agree.
+    # 5 and 5.0 must never mean different units: both are refused and the spellings agree.
     assert AdvanceTimeGenerationSettings(1, "5 seconds") == AdvanceTimeGenerationSettings(
         1, timedelta(seconds=5)
     )

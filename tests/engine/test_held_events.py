@@ -78,7 +78,8 @@ def run_recorded(query, epochs: int = 1) -> list[str]:
 @pytest.mark.parametrize("epochs", [1, 3])
 def test_a_run_whose_input_never_had_a_cti_warns_naming_it_and_the_fix(app, caplog, epochs):
     # 30 points on an input bound without settings, whose adapter sends no CTI: its CTI stays
-    # -inf, so the output CTI does and nothing is released (§6). Today: 30 in, 0 out, no word.
+    # -inf, so the output CTI does and nothing is released (§6). Guards against: 30 in, 0 out,
+    # no word.
     script = script_of("sensors", 30)
     stream = Stream.create("sensors", MemoryInputFactory(), MemoryInputConfig(script=script), POINT)
     name, query = query_over(app, stream)
