@@ -10,7 +10,7 @@ installed packages, or a path to a ``.py`` file) and, in it, a :class:`~bindings
 callable that takes no arguments and returns one (so the module can build its application and
 bindings when asked, not when imported). The command runs the query over its bounded inputs with
 tracing on, prints the inputs' and operators' metrics, and writes the timeline as PNG and HTML
-(:mod:`engine.timeline`; by default ``<query>-timeline.png`` and ``.html`` in the current
+(:mod:`viz.timeline`; by default ``<query>-timeline.png`` and ``.html`` in the current
 directory). Exit status: 0 when the run succeeded, 1 when the query failed (its metrics and the
 timeline up to the failure are still written), 2 when ``MODULE:ATTR`` does not name a query.
 """
@@ -31,7 +31,8 @@ from typing import Any
 
 from ctistream.bindings.query import Query
 from ctistream.engine.errors import CtiViolationError, MalformedRecordError
-from ctistream.engine.trace import Trace
+from ctistream.viz.timeline import require_matplotlib
+from ctistream.viz.trace import Trace
 
 __all__ = ["TargetError", "load_query", "main"]
 
@@ -211,6 +212,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.trace_cap < 1:
         print(f"ctistream: --trace-cap must be >= 1; got {args.trace_cap}", file=sys.stderr)
         return 2
+    if not args.no_timeline:  # before the query runs: the PNG would fail only after it
+        try:
+            require_matplotlib()
+        except ImportError as missing:
+            print(f"ctistream: {missing}, or run with --no-timeline", file=sys.stderr)
+            return 2
     # Spark's console progress bar would interleave with what the command prints; the session
     # is made by the target module, so say it through the environment Spark starts from.
     os.environ.setdefault(

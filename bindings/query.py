@@ -11,8 +11,8 @@ from typing import Any
 from ctistream.engine.runtime import Runtime
 from ctistream.engine.streaming import Streamer
 from ctistream.engine.temporal import iso_time, to_duration_ticks
-from ctistream.engine.timeline import Timeline
-from ctistream.engine.trace import Trace
+from ctistream.viz.timeline import Timeline
+from ctistream.viz.trace import Trace
 
 __all__ = ["Query"]
 
@@ -54,7 +54,7 @@ class Query:
         counts the items first. The output is the same for any cut (semantics §4).
         A run that ends with every event held back by an input without a CTI warns
         (:class:`engine.errors.HeldEventsWarning`, semantics §8) naming the input and the fix.
-        ``trace``: record what :meth:`timeline` draws (``True``, or a :class:`engine.trace.Trace`
+        ``trace``: record what :meth:`timeline` draws (``True``, or a :class:`viz.trace.Trace`
         to set its cap); off by default, and free when off. A traced run costs one small Spark
         job per epoch more. ``progress``: print a line per epoch to stderr (epoch k/n, seconds,
         items delivered, output CTI); the same goes to the ``ctistream.runtime`` logger at INFO
@@ -155,9 +155,11 @@ class Query:
         """The timeline of the last traced run: each input's events by event time against
         arrival, its CTIs, dropped and adjusted events, and each operator's and the query's
         output CTIs. Writes a PNG to ``png`` and a self-contained HTML page to ``html`` when
-        given; the returned :class:`engine.timeline.Timeline` renders either on demand.
+        given; the returned :class:`viz.timeline.Timeline` renders either on demand.
 
-        Raises ``RuntimeError`` when the query has not run with ``trace=True``.
+        Raises ``RuntimeError`` when the query has not run with ``trace=True``, and
+        ``ImportError`` for a PNG without matplotlib, which only the ``viz`` extra installs
+        (``pip install "ctistream[viz]"``); the HTML page needs nothing more.
         """
         if self._trace is None:
             raise RuntimeError(

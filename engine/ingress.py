@@ -36,6 +36,7 @@ import pyarrow as pa
 from ctistream.engine._spark import settle_worker
 from ctistream.engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import EdgeType, Event, EventKind
+from ctistream.engine.observer import RunObserver
 from ctistream.engine.operators.window import PushedWindow, _bytewise, merge_pushed, pushed_partials
 from ctistream.engine.packed import ARROW, PACKED_TYPE, unpacked
 from ctistream.engine.packed import pack as pack_events
@@ -169,7 +170,7 @@ def ingress_epoch(
     flush_at_stop: bool,
     state: IngressState,
     cache: EpochCache,
-    trace: Any = None,
+    trace: RunObserver | None = None,
     in_order: bool = False,
     read: SourceRead | None = None,
     pushed: PushedWindow | None = None,
@@ -305,7 +306,7 @@ def ingress_epoch(
     change = a.filter("__ca > __cb").selectExpr(_P, POS, f"__ca AS {CTI}")
     ctis = cache.keep(min_of_latest(change, _P, [s.cti for s in state.partitions], state.emitted))
     new_state.emitted = max(state.emitted, min(s.cti for s in new_state.partitions))
-    if trace is not None:  # engine.trace.Trace: opt-in, records the epoch for the timeline
+    if trace is not None:  # opt-in: the run's observer (engine.observer), e.g. the timeline
         trace.ingress(spec, a, events, ctis)
     # the epoch's CTIs rise above the input's CTI before it, the last to its CTI after it
     latest = new_state.emitted if new_state.emitted > state.emitted else MIN_TIME

@@ -285,7 +285,7 @@ def order_epoch(
     (``pos``, ``partition``, ``key``, ``event_time``, ``arrival``, ``action``, ``start``,
     ``watermark``, ``cti``): one more Spark job, for tests and debugging.
     ``decided``: called with the same decisions as a lazy DataFrame (:func:`_decisions`; no
-    Spark job), for a traced run's timeline (:meth:`engine.trace.Trace.ordering`).
+    Spark job), for a traced run's timeline (:meth:`engine.observer.RunObserver.ordering`).
     """
     c = F.col
     over = ordering.over

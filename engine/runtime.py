@@ -42,6 +42,7 @@ from ctistream.engine.ingress import (
     check_versions,
     ingress_epoch,
 )
+from ctistream.engine.observer import RunObserver
 from ctistream.engine.operators import (
     LifetimeState,
     UnionState,
@@ -141,7 +142,7 @@ class Runtime:
     inputs: list[BoundInput] = field(init=False)
     _ingress: dict[int, IngressState] = field(init=False, default_factory=dict)
     _ordering: dict[int, OrderingState] = field(init=False, default_factory=dict)
-    _trace: Any = field(init=False, default=None)  # engine.trace.Trace of a traced run
+    _trace: RunObserver | None = field(init=False, default=None)  # of a traced run
     _ahead: _Ahead | None = field(init=False, default=None)  # the next epoch's ingress, running
     _building: Node | None = field(init=False, default=None)  # the operator being built
     #: print a line per epoch to stderr: None (off), 0 (count unknown) or the number of epochs
@@ -431,14 +432,17 @@ class Runtime:
         return arrivals
 
     def run(
-        self, epochs: int | Sequence[Any] | None = None, stop: bool = True, trace: Any = None
+        self,
+        epochs: int | Sequence[Any] | None = None,
+        stop: bool = True,
+        trace: RunObserver | None = None,
     ) -> None:
         """Run bounded inputs to their end in epochs (semantics §4), then stop (flushing the
         inputs that flush on stop when ``stop``). ``epochs``: how many (cut at quantiles of the
         arrival stamps), the arrival stamps to cut at, or None: by size, epochs of at most about
         :data:`EPOCH_ITEMS` input items, so that what the driver holds per epoch does not grow
-        with the input. ``trace``: an :class:`engine.trace.Trace` to record the run's timeline
-        in, or None (no tracing, no cost)."""
+        with the input. ``trace``: a :class:`engine.observer.RunObserver` to call as the run
+        goes (``ctistream.viz.Trace`` records the timeline), or None (no tracing, no cost)."""
         self._trace = trace
         if trace is not None:
             trace.start(self)

@@ -36,7 +36,7 @@ from ctistream.engine import (
     point,
 )
 from ctistream.engine.temporal import MAX_TIME, to_ticks
-from ctistream.engine.trace import Trace
+from ctistream.viz.trace import Trace
 from pyspark.sql import functions as F
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)  # a multiple of 10 s: the window grid
@@ -495,7 +495,7 @@ KEY_STEPS = {
 def test_the_timeline_draws_each_keys_cti(app, tmp_path):
     import numpy as np
     from ctistream.engine import EventOrderingSettings
-    from ctistream.engine.timeline import Timeline
+    from ctistream.viz.timeline import Timeline
     from PIL import Image
 
     s = EventScript()

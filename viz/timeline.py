@@ -20,12 +20,15 @@ CTI), and the page says how many were left out.
 Dotted vertical lines are the epoch cuts. CTIs at ``+inf`` are drawn on a row above the finite
 range, and the CTIs that flush inputs when a bounded run stops in a "stop" column on the right.
 
-The PNG is drawn with matplotlib (Agg, no pyplot state). The HTML page is self-contained: one
-file, inline SVG and CSS, no scripts; every mark is an element with a class and ``data-``
-attributes (``event kept|dropped|adjusted`` with ``data-reason`` and ``data-adjusted``,
-``explicit-cti``, ``cti input-cti|operator-cti|output-cti``, ``epoch-cut``, ``end-of-input``;
-per key ``key-cti-line`` and ``keyed-cti`` with ``data-key``, and ``keys-left-out``) and a tooltip
-(``<title>``); the legend and the summary table count dropped and adjusted events by reason.
+The PNG is drawn with matplotlib (Agg, no pyplot state), which only the ``viz`` extra installs
+(``pip install "ctistream[viz]"``): it is imported when a PNG is drawn, and without it
+:meth:`Timeline.png` raises ImportError saying so (:func:`require_matplotlib`). The HTML page
+is self-contained: one file, inline SVG and CSS, no scripts; every mark is an element with a
+class and ``data-`` attributes (``event kept|dropped|adjusted`` with ``data-reason`` and
+``data-adjusted``, ``explicit-cti``, ``cti input-cti|operator-cti|output-cti``, ``epoch-cut``,
+``end-of-input``; per key ``key-cti-line`` and ``keyed-cti`` with ``data-key``, and
+``keys-left-out``) and a tooltip (``<title>``); the legend and the summary table count dropped
+and adjusted events by reason.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, to_datetime
-from ctistream.engine.trace import (
+from ctistream.viz.trace import (
     INPUT_CTI,
     INPUT_KEYED_CTI,
     ITEM,
@@ -49,7 +52,7 @@ from ctistream.engine.trace import (
     TraceItem,
 )
 
-__all__ = ["MAX_KEYS", "Timeline"]
+__all__ = ["MAX_KEYS", "Timeline", "require_matplotlib"]
 
 #: Keys drawn per stream with substreams (the first to get a keyed CTI); the rest are counted.
 MAX_KEYS = 10
@@ -268,11 +271,26 @@ def _shape(item: TraceItem) -> str:
     return "point"
 
 
+def require_matplotlib() -> None:
+    """Check that matplotlib, which draws the PNG, can be imported; it comes with the ``viz``
+    extra, not with ctistream itself. Raises ImportError saying what is missing and the fix.
+    Called by :meth:`Timeline.png` and, before it runs the query, by the ``ctistream`` command."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as missing:
+        raise ImportError(
+            f"drawing the timeline as PNG needs matplotlib, which ctistream installs only with "
+            f'its "viz" extra; got: {missing}. Fix: pip install "ctistream[viz]"',
+            name="matplotlib",
+        ) from missing
+
+
 class Timeline:
     """The timeline of one traced run (driver). Made by ``query.timeline()``; renders on demand.
 
-    ``png(path)`` returns (and writes, when given a path) the PNG bytes; ``html(path)`` the
-    self-contained page. Both draw the same picture. ``max_keys``: per-key CTI lines drawn per
+    ``png(path)`` returns (and writes, when given a path) the PNG bytes (with matplotlib: the
+    ``viz`` extra); ``html(path)`` the self-contained page (nothing more to install). Both draw
+    the same picture. ``max_keys``: per-key CTI lines drawn per
     stream with substreams.
     """
 
@@ -469,7 +487,9 @@ class Timeline:
 
     # -- PNG -------------------------------------------------------------------------------
     def png(self, path: str | Path | None = None) -> bytes:
-        """The timeline as PNG bytes (written to ``path`` too, when given)."""
+        """The timeline as PNG bytes (written to ``path`` too, when given). Needs matplotlib
+        (the ``viz`` extra): raises ImportError saying so and the fix without it."""
+        require_matplotlib()
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 

@@ -1,22 +1,12 @@
 """Tracing a run for its timeline (``query.run(trace=True)``, then ``query.timeline()``).
 
 Tracing is opt-in: without a :class:`Trace` the runtime and ingress call nothing here and do no
-extra Spark work. With one, the runtime calls its hooks on the driver, once per epoch:
-
-* :meth:`Trace.start` when a run starts (forgets any earlier run);
-* :meth:`Trace.begin_epoch` when an epoch starts (an epoch that fails and is re-run, up to a bad
-  item, starts again: what the failed attempt recorded is forgotten);
-* :meth:`Trace.ordering` from :func:`engine.ordering.order_epoch`, for an input with
-  ``EventOrderingSettings``, with §7's decision for each event of the epoch (before ingress);
-* :meth:`Trace.ingress` from :func:`engine.ingress.ingress_epoch`, with the ingress's own
-  DataFrame of the epoch (each item with the CTI in force before it and the DROP/ADJUST flags)
-  and the input's resulting events and CTIs;
-* :meth:`Trace.input_flow` right after it, with the flow ingress returned: for an input with
-  substreams (``EventOrderingSettings(over=...)``) its keyed CTIs, made after :meth:`ingress`;
-* :meth:`Trace.operator` for each stateful operator, with its output flow (its CTIs and, for a
-  stream with substreams, its keyed CTIs);
-* :meth:`Trace.end_epoch` once egress has run, with the query's root flow: it collects what the
-  hooks gathered in **one small Spark job** and keeps it on the driver.
+extra Spark work. A :class:`Trace` is the run's observer (:class:`engine.observer.RunObserver`,
+whose docstring says who calls each hook and when): it records what each hook is handed, on the
+driver, and at :meth:`Trace.end_epoch` collects what the epoch's hooks gathered in **one small
+Spark job** and keeps it on the driver. An epoch that fails and is re-run forgets what the failed
+attempt recorded (:meth:`Trace.begin_epoch`). The recorder needs only Spark; drawing the PNG
+needs matplotlib (:mod:`ctistream.viz.timeline`).
 
 What is recorded (:class:`TraceItem`), per *series*:
 
@@ -59,6 +49,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ctistream.engine.observer import RunObserver
 from ctistream.engine.plan import walk
 from ctistream.engine.rows import CTI, EDGE, END, KEY, KIND, POS, START, Flow
 from pyspark.sql import DataFrame, Window
@@ -67,6 +58,7 @@ from pyspark.sql import functions as F
 if TYPE_CHECKING:
     from ctistream.engine.ingress import InputSpec
     from ctistream.engine.plan import Node
+    from ctistream.engine.runtime import Runtime
 
 __all__ = [
     "INPUT_CTI",
@@ -151,9 +143,10 @@ def _level(have: int, count: int, cap: int) -> int:
     return 0 if total <= cap else max(0, math.ceil(math.log2(total / cap)))
 
 
-class Trace:
+class Trace(RunObserver):
     """What one run recorded for its timeline (driver). Pass one to ``query.run(trace=...)``
-    (``trace=True`` makes one with the default cap); read it with ``query.trace``."""
+    (``trace=True`` makes one with the default cap); read it with ``query.trace``. The run calls
+    its hooks (:class:`engine.observer.RunObserver`)."""
 
     def __init__(self, cap: int = 20_000) -> None:
         if cap < 1:
@@ -167,8 +160,8 @@ class Trace:
         self._pending: list[DataFrame] = []
         self._moved: dict[str, DataFrame] = {}  # per input, the events §7 moved in this epoch
 
-    # -- hooks (called by the runtime and by ingress, on the driver) --------------------------
-    def start(self, runtime: Any) -> None:
+    # -- hooks (engine.observer.RunObserver: called by the run, on the driver) ---------------
+    def start(self, runtime: Runtime) -> None:
         """A run of ``runtime`` starts: forget any earlier run."""
         self.query = runtime.name
         self.inputs = [b.spec.name for b in runtime.inputs]
