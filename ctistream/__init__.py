@@ -36,8 +36,10 @@ Errors and warnings
     CheckpointDamageError, QueryStoppedError, PushAdapterError, HeldEventsWarning.
 
 The subpackages hold the rest: ``ctistream.engine`` (time, events, settings, errors, the
-runtime), ``ctistream.adapters`` (the adapter contracts and the built-in adapters) and
-``ctistream.bindings`` (the query-building API and the ``ctistream`` command).
+runtime), ``ctistream.adapters`` (the adapter contracts and the built-in adapters),
+``ctistream.bindings`` (the query-building API and the ``ctistream`` command) and
+``ctistream.viz`` (``Trace``, what a traced run records, and ``Timeline``, its picture; the PNG
+needs matplotlib, which only the ``viz`` extra installs: ``pip install "ctistream[viz]"``).
 """
 
 from ctistream.adapters import (
