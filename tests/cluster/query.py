@@ -150,7 +150,7 @@ def build(
 
 # ---------------------------------------------------------------------------------------------
 # The cluster driver. Classes defined here are pickled by value when this runs as __main__, so
-# executors need only the installed packages (engine, adapters, bindings), not the tests.
+# executors need only the installed ctistream package, not the tests.
 # ---------------------------------------------------------------------------------------------
 
 
