@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ctistream.adapters._records import _format_time, _json_default
-from ctistream.adapters.base import OutputAdapter
+from ctistream.engine.contracts import OutputAdapter
 from ctistream.engine.errors import EngineError
 from ctistream.engine.events import Event, EventKind, EventShape
 

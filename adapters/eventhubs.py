@@ -112,7 +112,7 @@ from ctistream.adapters._records import (
     _parse_time,
 )
 from ctistream.adapters._secret import SecretConfig
-from ctistream.adapters.base import (
+from ctistream.engine.contracts import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,

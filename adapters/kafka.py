@@ -100,7 +100,7 @@ from ctistream.adapters._records import (
     _quote,
 )
 from ctistream.adapters._secret import SecretConfig
-from ctistream.adapters.base import (
+from ctistream.engine.contracts import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,

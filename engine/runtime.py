@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from ctistream.adapters.base import InputAdapter, OutputAdapter
 from ctistream.engine._spark import collect_driver_garbage, engine_work, parse_schema
 from ctistream.engine.columns import check_columns
+from ctistream.engine.contracts import InputAdapter, OutputAdapter
 from ctistream.engine.egress import EgressState, egress_epoch
 from ctistream.engine.errors import (
     EngineError,
