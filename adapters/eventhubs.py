@@ -711,7 +711,9 @@ class EventHubInputAdapter(InputAdapter):
         next_seq = max(0, start_offset)
         high: int | None = None  # largest enqueued time so far: the arrival floor
         dead = (
-            _DeadLetters(cfg, partition) if cfg.dead_letter_eventhub and self.side_effects else None
+            _DeadLetters(cfg, partition)
+            if cfg.dead_letter_eventhub is not None and self.side_effects
+            else None
         )
         attempts = 0
 

@@ -734,7 +734,9 @@ class KafkaInputAdapter(InputAdapter):
         end = None if self._ends is None else self._ends.get(partition)
         next_offset = max(0, start_offset)
         high: int | None = None  # largest record timestamp so far: the arrival floor
-        dead = _DeadLetters(cfg) if cfg.dead_letter_topic and self.side_effects else None
+        dead = (
+            _DeadLetters(cfg) if cfg.dead_letter_topic is not None and self.side_effects else None
+        )
 
         def attempt() -> Iterator[SourceItem]:
             # One consumer; after a failure the next attempt goes on from next_offset.
