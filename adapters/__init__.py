@@ -1,14 +1,7 @@
-"""Adapters: the contracts (``adapters.base``), the push-style base for StreamInsight ports
-(``adapters.push``) and the built-in implementations."""
+"""Adapters: the built-in implementations and the push-style base for StreamInsight ports
+(``adapters.push``). The contracts they implement are defined by the engine
+(``engine.contracts``) and exported here too, where adapter writers look for them."""
 
-from ctistream.adapters.base import (
-    InputAdapter,
-    InputAdapterFactory,
-    ItemKind,
-    OutputAdapter,
-    OutputAdapterFactory,
-    SourceItem,
-)
 from ctistream.adapters.push import (
     AdapterState,
     ArrivalStamp,
@@ -17,6 +10,14 @@ from ctistream.adapters.push import (
     PushInputAdapter,
     PushInputAdapterFactory,
     PushInputSource,
+)
+from ctistream.engine.contracts import (
+    InputAdapter,
+    InputAdapterFactory,
+    ItemKind,
+    OutputAdapter,
+    OutputAdapterFactory,
+    SourceItem,
 )
 
 __all__ = [

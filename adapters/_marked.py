@@ -6,20 +6,21 @@ written or not) and the number after the last item of the delivery that wrote it
 Kafka, application properties in Event Hubs). On first use an adapter reads the partition's tail
 back to the last marked record (:class:`Mark`): the output holds the items up to that record's
 (:meth:`MarkedOutputAdapter.progress`), and the engine hands :meth:`MarkedOutputAdapter.deliver`
-the items after it, numbered. The broker adapters supply the reading, the sending and what a client
-error means; the guarantees are documented on each of them.
+the items after it, numbered. The broker adapters supply the reading, the sending and the retries
+(:class:`adapters._broker.Retries`); the guarantees are documented on each of them.
 """
 
 from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ctistream.adapters._broker import Retries
 from ctistream.adapters._records import _format_time, _json_default
-from ctistream.adapters.base import OutputAdapter
+from ctistream.engine.contracts import OutputAdapter
 from ctistream.engine.errors import EngineError
 from ctistream.engine.events import Event, EventKind, EventShape
 
@@ -58,9 +59,6 @@ class MarkedOutputAdapter(OutputAdapter):
     _verbs: ClassVar[tuple[str, str, str]]  # ("write", "written", "writing")
     #: The error of the broker's adapters (a record that breaks the scheme).
     _error: ClassVar[type[EngineError]]
-    #: The broker module's ``_client_error(error)`` and ``_with_retries(cfg, what, after, call)``.
-    _client_error: Callable[[BaseException], bool]
-    _with_retries: Callable[[Any, str, str, Callable[[], Mark | None]], Mark | None]
 
     def __init__(self, config: Any, shape: EventShape) -> None:
         self._config = config
@@ -85,32 +83,34 @@ class MarkedOutputAdapter(OutputAdapter):
             for i, e in enumerate(items)
             if include_ctis or not e.is_cti
         ]
-        failures = 0
-        while True:
+        sends = self._sends
+        attempts = 0
+
+        def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
             try:
                 if self._mark is _UNKNOWN:
                     self._mark = self._read_tail()
                 mark = self._mark
-                if failures == 0:
+                if attempts == 1:
                     self._check_first(first, mark)
                 start = 0  # after a failure: past the records that reached the partition
                 if mark is not None:
                     start = sum(1 for v in values if v[0] <= mark.index)
                 if start < len(values):
                     self._send(epoch, values, start, first + len(items))
-                return
             except Exception as error:
-                if not self._client_error(error):
-                    raise
-                self._reset()
-                failures += 1
-                self._retry_or_raise(
-                    error,
-                    failures,
-                    f"{write} epoch {epoch} to {self._where}",
-                    f"Epochs before it are in the {self._target}; a restart completes this one "
-                    f"without {writing} any {self._record} twice.",
-                )
+                if sends.ours(error):
+                    self._reset()
+                raise
+
+        sends.call(
+            f"{write} epoch {epoch} to {self._where}",
+            f"Epochs before it are in the {self._target}; a restart completes this one "
+            f"without {writing} any {self._record} twice.",
+            attempt,
+        )
 
     def close(self) -> None:
         """Close the producer."""
@@ -122,10 +122,16 @@ class MarkedOutputAdapter(OutputAdapter):
     def _where(self) -> str:
         """The output partition, for messages."""
 
+    @property
     @abstractmethod
-    def _retry_or_raise(self, error: Exception, failures: int, what: str, after: str) -> None:
-        """After the ``failures``-th client ``error`` (the producer closed): back off for the
-        next attempt, or raise the clear error that ends them."""
+    def _reads(self) -> Retries:
+        """How the tail is read: the broker's retries for reading."""
+
+    @property
+    @abstractmethod
+    def _sends(self) -> Retries:
+        """How a delivery is retried after a client failure (the producer closed and the tail
+        read again before the next attempt)."""
 
     @abstractmethod
     def _send(
@@ -178,8 +184,7 @@ class MarkedOutputAdapter(OutputAdapter):
 
     def _tail(self) -> Mark | None:
         if self._mark is _UNKNOWN:
-            self._mark = self._with_retries(
-                self._config,
+            self._mark = self._reads.call(
                 f"read the tail of {self._where}",
                 f"Nothing was {self._verbs[1]}.",
                 self._read_tail,

@@ -97,11 +97,13 @@ import json
 import queue
 import re
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
+from ctistream.adapters._broker import DeadLetters, Retries, Stalled
 from ctistream.adapters._marked import Mark, MarkedOutputAdapter, read_mark
 from ctistream.adapters._records import (
     _Bad,
@@ -112,7 +114,7 @@ from ctistream.adapters._records import (
     _parse_time,
 )
 from ctistream.adapters._secret import SecretConfig
-from ctistream.adapters.base import (
+from ctistream.engine.contracts import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,
@@ -166,8 +168,6 @@ _DEAD_LETTER_HINT = (
 _QUEUED_BATCHES = 4  # batches a receiver thread may hold before the reader takes them
 _TAIL_WINDOW = 16
 
-T = TypeVar("T")
-
 
 # ---------------------------------------------------------------------------------------------
 # Errors
@@ -184,10 +184,6 @@ class EventHubsUnavailableError(EventHubsAdapterError, ConnectionError):
 
 class EventHubNotFoundError(EventHubsAdapterError, LookupError):
     """The event hub (or the output partition) does not exist in the namespace."""
-
-
-class _Stalled(Exception):
-    """A read got nothing for ``receive_timeout`` although the snapshot says more is there."""
 
 
 class _ClientFailed(Exception):
@@ -429,20 +425,21 @@ def _producer(
 def _client_error(error: BaseException) -> bool:
     from azure.eventhub.exceptions import EventHubError
 
-    return isinstance(error, EventHubError | _Stalled | _ClientFailed)
+    return isinstance(error, EventHubError | Stalled | _ClientFailed)
+
+
+def _final(error: BaseException) -> bool:
+    """A failure no attempt cures: a missing event hub or partition, refused credentials."""
+    from azure.eventhub.exceptions import AuthenticationError
+
+    cause = error.error if isinstance(error, _ClientFailed) else error
+    return _not_found(cause) or isinstance(cause, AuthenticationError)
 
 
 def _not_found(error: BaseException) -> bool:
     error = error.error if isinstance(error, _ClientFailed) else error
     text = f"{error} {getattr(error, 'details', '')}".lower()
     return any(s in text for s in ("notfound", "not-found", "not found", "status code: 404"))
-
-
-def _backoff(cfg: EventHubConnectionConfig, failures: int) -> None:
-    seconds = cfg.retry_backoff.total_seconds()
-    if cfg.retry_mode == "exponential":
-        seconds *= 2 ** (failures - 1)
-    time.sleep(min(seconds, cfg.retry_backoff_max.total_seconds()))
 
 
 def _failure(
@@ -477,20 +474,26 @@ def _failure(
     )
 
 
-def _with_retries(cfg: EventHubConnectionConfig, what: str, after: str, call: Callable[[], T]) -> T:
-    """``call()`` (which uses clients that retry on their own); failures become clear errors.
-    Stalls are retried here, ``retry_total`` times."""
-    failures = 0
-    while True:
-        try:
-            return call()
-        except Exception as error:
-            if not _client_error(error):
-                raise
-            failures += 1
-            if not isinstance(error, _Stalled) or failures > cfg.retry_total:
-                raise _failure(cfg, what, error, after) from error
-            _backoff(cfg, failures)
+def _retries(cfg: EventHubConnectionConfig) -> Retries:
+    """Operations of clients that retry on their own: failures become clear errors at once, but
+    a stalled read is tried again here, ``retry_total`` times, waiting ``retry_backoff`` (doubling
+    with ``retry_mode="exponential"``) up to ``retry_backoff_max``."""
+    return Retries(
+        attempts=cfg.retry_total + 1,
+        backoff=cfg.retry_backoff,
+        max_backoff=cfg.retry_backoff_max,
+        doubling=cfg.retry_mode == "exponential",
+        ours=_client_error,
+        again=lambda error: isinstance(error, Stalled),
+        fail=partial(_failure, cfg),
+    )
+
+
+def _send_retries(cfg: EventHubConnectionConfig) -> Retries:
+    """Sends of the output, whose producer does not retry (a retried send that was in fact
+    enqueued would be a duplicate): any client failure is tried again as a stall is, but a
+    missing event hub or refused credentials fail at once."""
+    return replace(_retries(cfg), again=lambda error: not _final(error))
 
 
 def _close(client: Any) -> None:
@@ -505,7 +508,7 @@ def _receive(
 
     ``EventHubConsumerClient.receive_batch`` blocks and calls back, so it runs in a thread that
     hands batches over through a small queue (the reader's pace holds it back). Raises
-    :class:`_ClientFailed` when the client gives up and :class:`_Stalled` when nothing comes for
+    :class:`_ClientFailed` when the client gives up and :class:`Stalled` when nothing comes for
     ``receive_timeout``. Closing the generator closes the client.
     """
     if start > end:
@@ -544,14 +547,14 @@ def _receive(
             try:
                 kind, value = handoff.get(timeout=wait)
             except queue.Empty:
-                raise _Stalled(
+                raise Stalled(
                     f"nothing received for {cfg.receive_timeout} after sequence number {last}; "
                     f"expected events up to {end}"
                 ) from None
             if kind == "error":
                 raise _ClientFailed(value)
             if kind == "done":
-                raise _Stalled(f"the receiver stopped after sequence number {last}")
+                raise Stalled(f"the receiver stopped after sequence number {last}")
             for event in value:
                 seq = event.sequence_number
                 if seq is None or seq <= last:
@@ -649,8 +652,7 @@ class EventHubInputAdapter(InputAdapter):
             finally:
                 _close(client)
 
-        self._ends = _with_retries(
-            cfg,
+        self._ends = _retries(cfg).call(
             f"list the partitions of event hub {cfg.hub!r}",
             "The query was not started.",
             snapshot,
@@ -697,51 +699,53 @@ class EventHubInputAdapter(InputAdapter):
         cfg = self._config
         what = f"read partition {partition!r} of event hub {cfg.hub!r} from sequence number"
         after = "This run delivers nothing read after the last committed sequence number."
-        end = None if self._ends is None else self._ends.get(partition)
-        if end is None:
-            end = _with_retries(
-                cfg, f"{what} {start_offset}", after, lambda: _snapshot_one(cfg, partition)
+        retries = _retries(cfg)
+        snapshot = None if self._ends is None else self._ends.get(partition)
+        end = (
+            snapshot
+            if snapshot is not None
+            else retries.call(
+                f"{what} {start_offset}", after, lambda: _snapshot_one(cfg, partition)
             )
+        )
         next_seq = max(0, start_offset)
         high: int | None = None  # largest enqueued time so far: the arrival floor
-        dead: _DeadLetters | None = None
-        failures = 0
-        try:
-            while next_seq <= end:
+        dead = (
+            _DeadLetters(cfg, partition)
+            if cfg.dead_letter_eventhub is not None and self.side_effects
+            else None
+        )
+        attempts = 0
+
+        def attempt() -> Iterator[SourceItem]:
+            # One receiver; after a stall the next attempt goes on from next_seq.
+            nonlocal attempts, next_seq, high
+            attempts += 1
+            if attempts > 1:
+                first = retries.call(
+                    f"{what} {next_seq}", after, lambda: _snapshot_one(cfg, partition, begin=True)
+                )
+                if first > end:
+                    return  # what was left expired from the hub meanwhile
+            for event in _receive(cfg, partition, next_seq, end, cfg.max_batch_size):
+                ticks = _enqueued_ticks(event)
+                if ticks is not None:
+                    high = ticks if high is None else max(high, ticks)
+                arrival = high if high is not None else 0
+                next_seq = event.sequence_number + 1
                 try:
-                    for event in _receive(cfg, partition, next_seq, end, cfg.max_batch_size):
-                        failures = 0
-                        ticks = _enqueued_ticks(event)
-                        if ticks is not None:
-                            high = ticks if high is None else max(high, ticks)
-                        arrival = high if high is not None else 0
-                        next_seq = event.sequence_number + 1
-                        try:
-                            item = self._item(event, ticks, arrival)
-                        except _Bad as bad:
-                            message = self._message(partition, event, bad)
-                            if cfg.dead_letter_eventhub is None:
-                                raise MalformedRecordError(message + _DEAD_LETTER_HINT) from None
-                            if dead is None and self.side_effects:
-                                dead = _DeadLetters(cfg)
-                            if dead is not None:
-                                dead.send(partition, event, message)
-                            continue
-                        yield item
-                    return
-                except (_Stalled, _ClientFailed) as error:
-                    failures += 1
-                    if not isinstance(error, _Stalled) or failures > cfg.retry_total:
-                        raise _failure(cfg, f"{what} {next_seq}", error, after) from error
-                    first = _with_retries(
-                        cfg,
-                        f"{what} {next_seq}",
-                        after,
-                        lambda: _snapshot_one(cfg, partition, begin=True),
-                    )
-                    if first > end:
-                        return  # what was left expired from the hub meanwhile
-                    _backoff(cfg, failures)
+                    item = self._item(event, ticks, arrival)
+                except _Bad as bad:
+                    message = self._message(partition, event, bad)
+                    if cfg.dead_letter_eventhub is None:
+                        raise MalformedRecordError(message + _DEAD_LETTER_HINT) from None
+                    if dead is not None:
+                        dead.send(event, message)
+                    continue
+                yield item
+
+        try:
+            yield from retries.resume(lambda: f"{what} {next_seq}", after, attempt)
         finally:
             if dead is not None:
                 dead.close()
@@ -853,19 +857,22 @@ def _snapshot_one(cfg: EventHubConnectionConfig, partition: str, begin: bool = F
         _close(client)
 
 
-class _DeadLetters:
-    """Sends malformed events to ``dead_letter_eventhub`` (executor), each send acknowledged."""
+class _DeadLetters(DeadLetters["EventData"]):
+    """Sends the malformed events of one partition to ``dead_letter_eventhub``: same body, the
+    event's application properties plus the error's, the source partition as partition key so the
+    letters of one partition stay in order (executor)."""
 
-    def __init__(self, cfg: EventHubInputConfig) -> None:
+    def __init__(self, cfg: EventHubInputConfig, partition: str) -> None:
+        super().__init__(
+            _retries(cfg),
+            "This run delivers nothing read after the last committed sequence number.",
+        )
         self._cfg = cfg
-        self._producer: EventHubProducerClient | None = None
+        self._partition = partition
 
-    def send(self, partition: str, event: EventData, message: str) -> None:
+    def _letter(self, event: EventData, message: str) -> EventData:
         from azure.eventhub import EventData
 
-        cfg = self._cfg
-        hub = cfg.dead_letter_eventhub
-        assert hub is not None
         try:
             body = _body(event)
         except _Bad:
@@ -874,28 +881,27 @@ class _DeadLetters:
         letter.properties = {
             **_properties(event),
             ERROR_PROPERTY: message,
-            SOURCE_EVENTHUB_PROPERTY: cfg.hub,
-            SOURCE_PARTITION_PROPERTY: partition,
+            SOURCE_EVENTHUB_PROPERTY: self._cfg.hub,
+            SOURCE_PARTITION_PROPERTY: self._partition,
             SOURCE_SEQUENCE_PROPERTY: str(event.sequence_number),
         }
+        return letter
 
-        def write() -> None:
-            if self._producer is None:
-                self._producer = _producer(cfg, hub)
-            self._producer.send_batch([letter], partition_key=partition)
-
-        _with_retries(
-            cfg,
-            f"send sequence number {event.sequence_number} of partition {partition!r} to "
-            f"dead-letter event hub {hub!r}",
-            "This run delivers nothing read after the last committed sequence number.",
-            write,
+    def _what(self, event: EventData) -> str:
+        return (
+            f"send sequence number {event.sequence_number} of partition {self._partition!r} to "
+            f"dead-letter event hub {self._cfg.dead_letter_eventhub!r}"
         )
 
-    def close(self) -> None:
-        if self._producer is not None:
-            _close(self._producer)
-            self._producer = None
+    def _open(self) -> EventHubProducerClient:
+        assert self._cfg.dead_letter_eventhub is not None
+        return _producer(self._cfg, self._cfg.dead_letter_eventhub)
+
+    def _write(self, producer: EventHubProducerClient, letter: EventData) -> None:
+        producer.send_batch([letter], partition_key=self._partition)
+
+    def _close(self, producer: EventHubProducerClient) -> None:
+        _close(producer)
 
 
 class EventHubInputFactory(InputAdapterFactory[EventHubInputConfig]):
@@ -940,7 +946,8 @@ class EventHubOutputAdapter(MarkedOutputAdapter):
     restart). Events go in batches, each appended all or
     nothing, one batch at a time, with no client-side retry of a send (a retried send whose first
     attempt was in fact enqueued would duplicate it): after a failed send the adapter reconnects,
-    reads the tail again and sends what is missing, ``retry_total`` times.
+    reads the tail again and sends what is missing, ``retry_total`` times (a missing event hub or
+    refused credentials end it at once).
 
     Consequences: the partition should belong to this query alone (events of other writers are
     passed over, but a second query writing the same partition is indistinguishable). A new query
@@ -953,8 +960,6 @@ class EventHubOutputAdapter(MarkedOutputAdapter):
     _target = "event hub"
     _verbs = ("send", "sent", "sending")
     _error = EventHubsAdapterError
-    _client_error = staticmethod(_client_error)
-    _with_retries = staticmethod(_with_retries)
     _config: EventHubOutputConfig
     _producer: EventHubProducerClient | None
 
@@ -962,11 +967,13 @@ class EventHubOutputAdapter(MarkedOutputAdapter):
     def _where(self) -> str:
         return f"partition {self._config.partition_id!r} of event hub {self._config.hub!r}"
 
-    def _retry_or_raise(self, error: Exception, failures: int, what: str, after: str) -> None:
-        cfg = self._config
-        if _not_found(error) or failures > cfg.retry_total:
-            raise _failure(cfg, what, error, after) from error
-        _backoff(cfg, failures)
+    @property
+    def _reads(self) -> Retries:
+        return _retries(self._config)
+
+    @property
+    def _sends(self) -> Retries:
+        return _send_retries(self._config)
 
     def _send(
         self, epoch: int, values: list[tuple[int, bytes, bool]], first: int, count: int

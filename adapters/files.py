@@ -88,7 +88,9 @@ from ctistream.adapters._records import (
     _parse_flag,
     _parse_time,
 )
-from ctistream.adapters.base import (
+from ctistream.engine._model import Model
+from ctistream.engine.checkpoint import DamagedFile, read_checked, write_checked
+from ctistream.engine.contracts import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,
@@ -96,8 +98,6 @@ from ctistream.adapters.base import (
     OutputAdapterFactory,
     SourceItem,
 )
-from ctistream.engine._model import Model
-from ctistream.engine.checkpoint import DamagedFile, read_checked, write_checked
 from ctistream.engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import Event, EventKind, EventShape, cti
 from ctistream.engine.schema import infer_payload_schema

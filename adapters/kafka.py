@@ -85,10 +85,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
+from ctistream.adapters._broker import DeadLetters, Retries, Stalled
 from ctistream.adapters._marked import Mark, MarkedOutputAdapter, read_mark
 from ctistream.adapters._records import (
     _Bad,
@@ -100,7 +102,7 @@ from ctistream.adapters._records import (
     _quote,
 )
 from ctistream.adapters._secret import SecretConfig
-from ctistream.adapters.base import (
+from ctistream.engine.contracts import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,
@@ -150,7 +152,7 @@ SOURCE_OFFSET_HEADER = "ctistream-source-offset"
 _DEAD_LETTER_HINT = (
     " Or set KafkaInputConfig.dead_letter_topic to skip malformed records into a topic."
 )
-_MAX_BACKOFF_S = 30.0
+_MAX_BACKOFF = timedelta(seconds=30)
 _POLL_MS = 200
 _FETCH_MAX_WAIT_MS = 100
 #: The output sends records in chunks of at most this many bytes, each one produce batch.
@@ -158,8 +160,6 @@ _BATCH_BYTES = 1024 * 1024
 _CHUNK_BYTES = _BATCH_BYTES // 2
 _RECORD_OVERHEAD = 96  # a generous bound on a record's framing within a batch
 _TAIL_WINDOW = 16
-
-T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,10 +177,6 @@ class KafkaUnavailableError(KafkaAdapterError, ConnectionError):
 
 class KafkaTopicNotFoundError(KafkaAdapterError, LookupError):
     """The topic (or the output partition) does not exist on the cluster."""
-
-
-class _Stalled(Exception):
-    """A fetch made no progress for ``request_timeout``: the broker went away mid-read."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,7 +430,7 @@ def _retriable(error: BaseException) -> bool:
         for name in ("KafkaConnectionError", "KafkaTimeoutError", "NoBrokersAvailable")
         if hasattr(errors, name)  # NoBrokersAvailable is kafka-python 2 only
     )
-    if isinstance(error, (_Stalled, *transient)):
+    if isinstance(error, (Stalled, *transient)):
         return True
     return isinstance(error, errors.KafkaError) and bool(getattr(error, "retriable", False))
 
@@ -442,12 +438,7 @@ def _retriable(error: BaseException) -> bool:
 def _client_error(error: BaseException) -> bool:
     from kafka.errors import KafkaError
 
-    return isinstance(error, KafkaError | _Stalled)
-
-
-def _backoff(cfg: KafkaConnectionConfig, failures: int) -> None:
-    seconds = cfg.retry_backoff.total_seconds() * 2 ** (failures - 1)
-    time.sleep(min(seconds, _MAX_BACKOFF_S))
+    return isinstance(error, KafkaError | Stalled)
 
 
 def _describe(error: BaseException) -> str:
@@ -478,21 +469,27 @@ def _refused(cfg: KafkaConnectionConfig, what: str, error: BaseException) -> str
     )
 
 
-def _with_retries(cfg: KafkaConnectionConfig, what: str, after: str, call: Callable[[], T]) -> T:
-    """``call()`` with the configured attempts and backoff; a clear error when they run out."""
-    failures = 0
-    while True:
-        try:
-            return call()
-        except Exception as error:
-            if not _client_error(error):
-                raise
-            if not _retriable(error):
-                raise KafkaAdapterError(_refused(cfg, what, error)) from error
-            failures += 1
-            if failures >= cfg.connect_attempts:
-                raise KafkaUnavailableError(_unavailable(cfg, what, error, after)) from error
-            _backoff(cfg, failures)
+def _failure(
+    cfg: KafkaConnectionConfig, what: str, error: BaseException, after: str
+) -> KafkaAdapterError:
+    """The clear error for a client failure that ends the attempts: refused or unavailable."""
+    if not _retriable(error):
+        return KafkaAdapterError(_refused(cfg, what, error))
+    return KafkaUnavailableError(_unavailable(cfg, what, error, after))
+
+
+def _retries(cfg: KafkaConnectionConfig) -> Retries:
+    """Every client operation: ``connect_attempts`` attempts in all for a retriable failure,
+    ``retry_backoff`` doubling after each failure (at most 30 s); any other fails at once."""
+    return Retries(
+        attempts=cfg.connect_attempts,
+        backoff=cfg.retry_backoff,
+        max_backoff=_MAX_BACKOFF,
+        doubling=True,
+        ours=_client_error,
+        again=_retriable,
+        fail=partial(_failure, cfg),
+    )
 
 
 def _close(client: Any, timeout_s: float = 1.0) -> None:
@@ -541,7 +538,7 @@ def _end_offsets(
                     end = max(end, int(high))
                     break
                 if time.monotonic() > deadline:
-                    raise _Stalled(f"no fetch response for {tp} within {stall}")
+                    raise Stalled(f"no fetch response for {tp} within {stall}")
         ends[tp] = end
     return ends
 
@@ -556,7 +553,7 @@ def _fetch(
 ) -> Iterator[Any]:
     """The records of ``tp`` with offsets in ``[start, end)``, in order.
 
-    Raises :class:`_Stalled` when the consumer's position does not move for ``stall`` (a broker
+    Raises :class:`Stalled` when the consumer's position does not move for ``stall`` (a broker
     that went away; kafka-python's poll then just returns nothing), and
     :class:`KafkaAdapterError` when the partition turns out to end before ``end``.
     """
@@ -593,7 +590,7 @@ def _fetch(
                     "made again, or truncated. Fix: start the query again, which takes a new "
                     "snapshot"
                 )
-            raise _Stalled(f"no records from offset {position} for {stall}; end is {end}")
+            raise Stalled(f"no records from offset {position} for {stall}; end is {end}")
 
 
 def _headers(record: Any) -> dict[str, bytes]:
@@ -677,8 +674,7 @@ class KafkaInputAdapter(InputAdapter):
             finally:
                 _close(consumer)
 
-        self._ends = _with_retries(
-            cfg,
+        self._ends = _retries(cfg).call(
             f"list the partitions of Kafka topic {cfg.topic!r}",
             "The query was not started.",
             snapshot,
@@ -738,76 +734,60 @@ class KafkaInputAdapter(InputAdapter):
         end = None if self._ends is None else self._ends.get(partition)
         next_offset = max(0, start_offset)
         high: int | None = None  # largest record timestamp so far: the arrival floor
-        dead: _DeadLetters | None = None
-        failures = 0
+        dead = (
+            _DeadLetters(cfg) if cfg.dead_letter_topic is not None and self.side_effects else None
+        )
+
+        def attempt() -> Iterator[SourceItem]:
+            # One consumer; after a failure the next attempt goes on from next_offset.
+            nonlocal end, next_offset, high
+            consumer = _consumer(
+                cfg, isolation_level=cfg.isolation_level, max_poll_records=cfg.max_poll_records
+            )
+            try:
+                if end is None:
+                    if tp.partition not in _partitions_of(consumer, cfg, cfg.topic):
+                        raise KafkaTopicNotFoundError(
+                            f"Kafka topic {cfg.topic!r} at {cfg.bootstrap} has no partition "
+                            f"{partition}. Fix: read a partition that partitions() lists"
+                        )
+                    end = _end_offsets(
+                        consumer,
+                        [tp],
+                        cfg.request_timeout,
+                        confirm=cfg.isolation_level == "read_uncommitted",
+                    )[tp]
+                next_offset = max(next_offset, int(consumer.beginning_offsets([tp])[tp]))
+                for record in _fetch(
+                    consumer, tp, next_offset, end, cfg.request_timeout, cfg.max_poll_records
+                ):
+                    ticks = _record_ticks(record)
+                    if ticks is not None:
+                        high = ticks if high is None else max(high, ticks)
+                    arrival = high if high is not None else 0
+                    try:
+                        item = self._item(record, ticks, arrival)
+                    except _Bad as bad:
+                        message = self._message(record, bad, cfg.dead_letter_topic is None)
+                        if cfg.dead_letter_topic is None:
+                            raise MalformedRecordError(message) from None
+                        if dead is not None:
+                            dead.send(record, message)
+                        next_offset = record.offset + 1
+                        continue
+                    next_offset = record.offset + 1
+                    yield item
+            finally:
+                _close(consumer)
+
         what = f"read partition {partition} of Kafka topic {cfg.topic!r} from offset"
         try:
-            while True:
-                consumer = None
-                try:
-                    consumer = _consumer(
-                        cfg,
-                        isolation_level=cfg.isolation_level,
-                        max_poll_records=cfg.max_poll_records,
-                    )
-                    if end is None:
-                        if tp.partition not in _partitions_of(consumer, cfg, cfg.topic):
-                            raise KafkaTopicNotFoundError(
-                                f"Kafka topic {cfg.topic!r} at {cfg.bootstrap} has no partition "
-                                f"{partition}. Fix: read a partition that partitions() lists"
-                            )
-                        end = _end_offsets(
-                            consumer,
-                            [tp],
-                            cfg.request_timeout,
-                            confirm=cfg.isolation_level == "read_uncommitted",
-                        )[tp]
-                    next_offset = max(next_offset, int(consumer.beginning_offsets([tp])[tp]))
-                    for record in _fetch(
-                        consumer, tp, next_offset, end, cfg.request_timeout, cfg.max_poll_records
-                    ):
-                        failures = 0
-                        ticks = _record_ticks(record)
-                        if ticks is not None:
-                            high = ticks if high is None else max(high, ticks)
-                        arrival = high if high is not None else 0
-                        try:
-                            item = self._item(record, ticks, arrival)
-                        except _Bad as bad:
-                            message = self._message(record, bad, cfg.dead_letter_topic is None)
-                            if cfg.dead_letter_topic is None:
-                                raise MalformedRecordError(message) from None
-                            if dead is None and self.side_effects:
-                                dead = _DeadLetters(cfg)
-                            if dead is not None:
-                                dead.send(record, message)
-                            next_offset = record.offset + 1
-                            continue
-                        next_offset = record.offset + 1
-                        yield item
-                    return
-                except Exception as error:
-                    if not _client_error(error):
-                        raise
-                    if not _retriable(error):
-                        raise KafkaAdapterError(
-                            _refused(cfg, f"{what} {next_offset}", error)
-                        ) from error
-                    failures += 1
-                    if failures >= cfg.connect_attempts:
-                        raise KafkaUnavailableError(
-                            _unavailable(
-                                cfg,
-                                f"{what} {next_offset}",
-                                error,
-                                "This run delivers nothing read after the last committed "
-                                "offset; a restart reads from there.",
-                            )
-                        ) from error
-                    _backoff(cfg, failures)
-                finally:
-                    if consumer is not None:
-                        _close(consumer)
+            yield from _retries(cfg).resume(
+                lambda: f"{what} {next_offset}",
+                "This run delivers nothing read after the last committed offset; a restart "
+                "reads from there.",
+                attempt,
+            )
         finally:
             if dead is not None:
                 dead.close()
@@ -915,17 +895,17 @@ class KafkaInputAdapter(InputAdapter):
         )
 
 
-class _DeadLetters:
-    """Writes malformed records to the dead-letter topic, one acknowledged send each (executor)."""
+class _DeadLetters(DeadLetters[Any]):
+    """Writes malformed records to ``dead_letter_topic``: same key and value, the record's headers
+    plus the error's (executor)."""
 
     def __init__(self, cfg: KafkaInputConfig) -> None:
+        super().__init__(
+            _retries(cfg), "This run delivers nothing read after the last committed offset."
+        )
         self._cfg = cfg
-        self._producer: KafkaProducer | None = None
 
-    def send(self, record: Any, message: str) -> None:
-        cfg = self._cfg
-        topic = cfg.dead_letter_topic
-        assert topic is not None
+    def _letter(self, record: Any, message: str) -> dict[str, Any]:
         headers = [(k, bytes(v) if v is not None else b"") for k, v in (record.headers or ())]
         headers += [
             (ERROR_HEADER, message.encode("utf-8")),
@@ -933,31 +913,27 @@ class _DeadLetters:
             (SOURCE_PARTITION_HEADER, str(record.partition).encode("ascii")),
             (SOURCE_OFFSET_HEADER, str(record.offset).encode("ascii")),
         ]
+        return {"value": record.value, "key": record.key, "headers": headers}
 
-        def write() -> None:
-            if self._producer is None:
-                self._producer = _producer(cfg)
-            try:
-                self._producer.send(topic, value=record.value, key=record.key, headers=headers).get(
-                    timeout=cfg.request_timeout.total_seconds()
-                )
-            except Exception:
-                producer, self._producer = self._producer, None
-                _close(producer)
-                raise
-
-        _with_retries(
-            cfg,
+    def _what(self, record: Any) -> str:
+        return (
             f"write offset {record.offset} of partition {record.partition} to dead-letter topic "
-            f"{topic!r}",
-            "This run delivers nothing read after the last committed offset.",
-            write,
+            f"{self._cfg.dead_letter_topic!r}"
         )
 
-    def close(self) -> None:
-        if self._producer is not None:
-            _close(self._producer, self._cfg.request_timeout.total_seconds())
-            self._producer = None
+    def _open(self) -> KafkaProducer:
+        return _producer(self._cfg)
+
+    def _write(self, producer: KafkaProducer, letter: dict[str, Any]) -> None:
+        topic = self._cfg.dead_letter_topic
+        assert topic is not None
+        producer.send(topic, **letter).get(timeout=self._cfg.request_timeout.total_seconds())
+
+    def _close(self, producer: KafkaProducer) -> None:
+        _close(producer, self._cfg.request_timeout.total_seconds())
+
+    def _discard(self, producer: KafkaProducer) -> None:
+        _close(producer)
 
 
 class KafkaInputFactory(InputAdapterFactory[KafkaInputConfig]):
@@ -1020,8 +996,6 @@ class KafkaOutputAdapter(MarkedOutputAdapter):
     _target = "topic"
     _verbs = ("write", "written", "writing")
     _error = KafkaAdapterError
-    _client_error = staticmethod(_client_error)
-    _with_retries = staticmethod(_with_retries)
     _config: KafkaOutputConfig
     _producer: KafkaProducer | None
 
@@ -1029,13 +1003,13 @@ class KafkaOutputAdapter(MarkedOutputAdapter):
     def _where(self) -> str:
         return f"Kafka topic {self._config.topic!r} partition {self._config.partition}"
 
-    def _retry_or_raise(self, error: Exception, failures: int, what: str, after: str) -> None:
-        cfg = self._config
-        if not _retriable(error):
-            raise KafkaAdapterError(_refused(cfg, what, error)) from error
-        if failures >= cfg.connect_attempts:
-            raise KafkaUnavailableError(_unavailable(cfg, what, error, after)) from error
-        _backoff(cfg, failures)
+    @property
+    def _reads(self) -> Retries:
+        return _retries(self._config)
+
+    @property
+    def _sends(self) -> Retries:
+        return _retries(self._config)
 
     def _send(
         self, epoch: int, values: list[tuple[int, bytes, bool]], first: int, count: int

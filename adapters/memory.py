@@ -20,7 +20,8 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
-from ctistream.adapters.base import (
+from ctistream.engine._model import Model
+from ctistream.engine.contracts import (
     InputAdapter,
     InputAdapterFactory,
     ItemKind,
@@ -28,7 +29,6 @@ from ctistream.adapters.base import (
     OutputAdapterFactory,
     SourceItem,
 )
-from ctistream.engine._model import Model
 from ctistream.engine.events import Event, EventKind, EventShape, cti
 from ctistream.engine.schema import infer_payload_schema
 from ctistream.engine.temporal import format_ticks, to_ticks

@@ -56,7 +56,7 @@ and return at once, as many StreamInsight adapters do; ``enqueue``, ``ready`` an
 be called from any thread.
 
 How the engine runs it. A push adapter is read through :class:`PushInputSource`, an ordinary pull
-:class:`~adapters.base.InputAdapter` with one partition (``"0"``), so the rest of the engine is
+:class:`~engine.contracts.InputAdapter` with one partition (``"0"``), so the rest of the engine is
 unchanged. Like every pull adapter it reads on a Spark executor: there the source asks the factory
 for a new push adapter (:meth:`PushInputAdapterFactory.create_adapter`), calls ``start()``, and
 hands the engine each enqueued item in enqueue order. Enqueued items wait in a bounded buffer
@@ -83,11 +83,11 @@ items when re-read; such sources belong behind a broker (``adapters.kafka``), wh
 offsets.
 
 Output adapters. StreamInsight output adapters dequeue (``Dequeue`` until ``Empty``, then
-``Ready()`` and wait for ``Resume()``). Here an :class:`~adapters.base.OutputAdapter` is handed
+``Ready()`` and wait for ``Resume()``). Here an :class:`~engine.contracts.OutputAdapter` is handed
 each epoch's committed events and CTIs in delivery order by
-:meth:`~adapters.base.OutputAdapter.deliver`: the body of a ported dequeue loop goes there, one
+:meth:`~engine.contracts.OutputAdapter.deliver`: the body of a ported dequeue loop goes there, one
 call per epoch (the epoch's items are what ``Dequeue`` would have returned before ``Empty``);
-``Stop``/``Dispose`` become :meth:`~adapters.base.OutputAdapter.close`. There is no separate push
+``Stop``/``Dispose`` become :meth:`~engine.contracts.OutputAdapter.close`. There is no separate push
 output base.
 """
 
@@ -102,8 +102,8 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
-from ctistream.adapters.base import InputAdapter, InputAdapterFactory, ItemKind, SourceItem
 from ctistream.engine._model import Choice
+from ctistream.engine.contracts import InputAdapter, InputAdapterFactory, ItemKind, SourceItem
 from ctistream.engine.errors import EngineError
 from ctistream.engine.events import Event, EventKind, EventShape, cti
 
@@ -459,7 +459,7 @@ class _PushBuffer:
 
 
 class PushInputSource(InputAdapter):
-    """The pull :class:`~adapters.base.InputAdapter` the engine reads a push adapter through: one
+    """The pull :class:`~engine.contracts.InputAdapter` the engine reads a push adapter through: one
     partition ``"0"``, offsets = enqueue sequence numbers. Made by
     :meth:`PushInputAdapterFactory.create`; holds the factory, config and shape only, and makes
     the push adapter inside :meth:`read` (on the executor), driving it as the module docstring

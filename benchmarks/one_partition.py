@@ -19,8 +19,8 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from ctistream.adapters.base import ItemKind, SourceItem
 from ctistream.adapters.files import FileInputAdapter, FileInputConfig, FileInputFactory
+from ctistream.engine.contracts import ItemKind, SourceItem
 from ctistream.engine.events import EventShape
 
 ALL = "all-files"

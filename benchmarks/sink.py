@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ctistream.adapters.base import OutputAdapter, OutputAdapterFactory
+from ctistream.engine.contracts import OutputAdapter, OutputAdapterFactory
 from ctistream.engine.events import Event, EventShape
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ctistream.adapters.base import OutputAdapterFactory
 from ctistream.bindings.template import QueryBinder, QueryTemplate
 from ctistream.engine._spark import default_session
+from ctistream.engine.contracts import OutputAdapterFactory
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.events import EventShape
 from ctistream.engine.plan import Node

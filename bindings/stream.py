@@ -9,8 +9,8 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ctistream.adapters.base import InputAdapterFactory, OutputAdapterFactory
 from ctistream.engine._spark import parse_schema
+from ctistream.engine.contracts import InputAdapterFactory, OutputAdapterFactory
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.events import EventShape
 from ctistream.engine.operators.join import output_columns

@@ -34,9 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ctistream.adapters.base import InputAdapterFactory, OutputAdapterFactory
 from ctistream.bindings.stream import Stream
 from ctistream.engine._spark import parse_schema
+from ctistream.engine.contracts import InputAdapterFactory, OutputAdapterFactory
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.events import EventShape
 from ctistream.engine.plan import InputNode, Node, substitute, walk

@@ -13,7 +13,7 @@ Layout under the directory::
 Every file is written to a temporary name and renamed, so a crash leaves either the old or the
 new version, never half of one. A restarted query loads the newest complete ``state/<k>`` and
 replays epochs ``k+1 ..`` exactly as their offset-log entries say, so their output is the same;
-outputs skip the items they already hold (:meth:`adapters.base.OutputAdapter.progress`: a
+outputs skip the items they already hold (:meth:`engine.contracts.OutputAdapter.progress`: a
 count of the query's output items); an output that reports nothing skips the items the commit log
 records as delivered.
 

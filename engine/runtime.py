@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from ctistream.adapters.base import InputAdapter, OutputAdapter
 from ctistream.engine._spark import collect_driver_garbage, engine_work, parse_schema
 from ctistream.engine.columns import check_columns
+from ctistream.engine.contracts import InputAdapter, OutputAdapter
 from ctistream.engine.egress import EgressState, egress_epoch
 from ctistream.engine.errors import (
     EngineError,
@@ -394,7 +394,7 @@ class Runtime:
 
     def _cuts_by_size(self, raws: dict[int, DataFrame]) -> list[int]:
         """``run(epochs=None)``'s cuts. Inputs whose adapters bound their size on the driver
-        (:meth:`~adapters.base.InputAdapter.size_hint`) to :data:`EPOCH_ITEMS` together run as
+        (:meth:`~engine.contracts.InputAdapter.size_hint`) to :data:`EPOCH_ITEMS` together run as
         one epoch without a Spark job; else the inputs' arrival stamps are read once (kept, as
         one column, for two jobs: their count, then approximate quantiles). Any cut gives the
         same output (semantics §4), so the quantiles need not be exact: with ``k`` epochs a rank

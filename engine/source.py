@@ -3,9 +3,9 @@
 The driver knows the adapter's source partitions (asked once when the query is built); each read
 has one Spark partition per source partition, on the executors, where the adapter (pickled with
 the function: it holds configuration only) reads Arrow batches
-(:meth:`adapters.base.InputAdapter.read_batches`). Batches get the engine's raw layout: the item's
-kind, edge, start, end, arrival, input index, offset, partition index and, for a malformed record,
-its error, then the payload, then the item's position (``__pos``).
+(:meth:`engine.contracts.InputAdapter.read_batches`). Batches get the engine's raw layout: the
+item's kind, edge, start, end, arrival, input index, offset, partition index and, for a malformed
+record, its error, then the payload, then the item's position (``__pos``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctistream.adapters.base import InputAdapter, ItemKind
 from ctistream.engine._spark import settle_worker
+from ctistream.engine.contracts import InputAdapter, ItemKind
 from ctistream.engine.errors import MalformedRecordError
 from ctistream.engine.rows import POS, POS_TYPE
 from pyspark.sql import DataFrame, SparkSession

@@ -1,7 +1,7 @@
 """A started query: epochs in a loop over live inputs, with checkpoints and replay (§4, §9).
 
 Each epoch reads what its inputs hold *now*: a live adapter (Kafka, Event Hubs) takes a new
-snapshot of its partitions' ends (:meth:`adapters.base.InputAdapter.latest_offsets`) and the
+snapshot of its partitions' ends (:meth:`engine.contracts.InputAdapter.latest_offsets`) and the
 epoch reads every partition from where the last one stopped up to it; a bounded adapter (files,
 scripts) is read to its end by the first epoch. Epochs must be contiguous in arrival order
 (semantics §4), but a live partition can deliver an item stamped earlier than items another
@@ -13,7 +13,7 @@ written to the offset log; after its output is delivered, to the commit log; eve
 ``checkpoint_every`` epochs the whole state (ingress, operators, egress, offsets) is written too
 (:mod:`engine.checkpoint`). A restarted query loads the newest state and replays the logged
 epochs after it with the same ranges and floors, so it computes the same output again; the
-output adapter receives only the items it does not hold (:meth:`adapters.base.OutputAdapter
+output adapter receives only the items it does not hold (:meth:`engine.contracts.OutputAdapter
 .progress`: a count of the query's output items, numbered from its first whatever the epochs),
 also of an epoch that failed part-way. Nothing read after the last logged epoch
 was delivered, so the query then simply goes on, unless it had ended for good (a stop with

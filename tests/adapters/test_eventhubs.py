@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from azure.eventhub import EventHubConsumerClient
-from ctistream.adapters.base import ItemKind, SourceItem
 from ctistream.adapters.eventhubs import (
     COUNT_PROPERTY,
     EPOCH_PROPERTY,
@@ -57,6 +56,7 @@ from ctistream.engine import (
     interval,
     point,
 )
+from ctistream.engine.contracts import ItemKind, SourceItem
 from pydantic import ValidationError
 
 from tests.brokers.eventhubs import (  # noqa: F401 - session fixtures

@@ -17,7 +17,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from ctistream.adapters.base import ItemKind, SourceItem
 from ctistream.adapters.files import (
     FileInputAdapter,
     FileInputConfig,
@@ -26,6 +25,7 @@ from ctistream.adapters.files import (
     FileOutputFactory,
 )
 from ctistream.engine.checkpoint import read_checked, write_checked
+from ctistream.engine.contracts import ItemKind, SourceItem
 from ctistream.engine.errors import CheckpointDamageError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import EventShape, cti, edge_end, edge_start, interval, point
 from ctistream.engine.settings import AdapterAdvanceTimeSettings, AdvanceTimeGenerationSettings

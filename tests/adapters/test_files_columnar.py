@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from ctistream.adapters import files
-from ctistream.adapters.base import InputAdapter, ItemKind
 from ctistream.adapters.files import FileInputAdapter, FileInputConfig
 from ctistream.engine import MAX_TIME, EventShape, MalformedRecordError
 from ctistream.engine._spark import parse_schema
+from ctistream.engine.contracts import InputAdapter, ItemKind
 from pyspark.sql.pandas.types import to_arrow_schema
 
 pytestmark = pytest.mark.usefixtures("spark")  # parsing the DDL payload schema needs a session

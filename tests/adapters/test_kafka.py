@@ -19,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from ctistream.adapters.base import ItemKind, SourceItem
 from ctistream.adapters.kafka import (
     COUNT_HEADER,
     EPOCH_HEADER,
@@ -57,6 +56,7 @@ from ctistream.engine import (
     interval,
     point,
 )
+from ctistream.engine.contracts import ItemKind, SourceItem
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from pydantic import ValidationError
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 import pytest
-from ctistream.adapters.base import InputAdapter, InputAdapterFactory, ItemKind, SourceItem
 from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
@@ -25,6 +24,7 @@ from ctistream.engine import (
     cti,
     point,
 )
+from ctistream.engine.contracts import InputAdapter, InputAdapterFactory, ItemKind, SourceItem
 
 
 class CountingFactory(MemoryInputFactory):

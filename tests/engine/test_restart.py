@@ -19,7 +19,6 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from ctistream.adapters.base import OutputAdapter, OutputAdapterFactory
 from ctistream.adapters.eventhubs import (
     EventHubInputFactory,
     EventHubOutputConfig,
@@ -44,6 +43,7 @@ from ctistream.engine import (
     cti,
     point,
 )
+from ctistream.engine.contracts import OutputAdapter, OutputAdapterFactory
 from ctistream.engine.errors import EngineError, QueryBuildError, QueryStoppedError
 from ctistream.engine.runtime import _undelivered
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ctistream.adapters.base import ItemKind, SourceItem
 from ctistream.adapters.memory import (
     EventScript,
     MemoryInputAdapter,
@@ -18,6 +17,7 @@ from ctistream.adapters.memory import (
 )
 from ctistream.bindings import Stream
 from ctistream.engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings
+from ctistream.engine.contracts import ItemKind, SourceItem
 from ctistream.engine.events import EventShape, point
 from ctistream.engine.source import SourceRead, read_input
 from pyspark.sql import functions as F

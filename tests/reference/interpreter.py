@@ -95,8 +95,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from ctistream.adapters.base import ItemKind, SourceItem
 from ctistream.adapters.memory import EventScript
+from ctistream.engine.contracts import ItemKind, SourceItem
 from ctistream.engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import (
     EdgeType,

@@ -1,4 +1,5 @@
-"""Adapter contracts: base classes and value types only; implementations live beside this module.
+"""Adapter contracts: base classes and value types only. The engine defines what it reads and
+writes here; the implementations live in ``adapters/`` and import this module, never the other way.
 
 The engine uses a partitioned pull model:
 
