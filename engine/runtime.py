@@ -10,7 +10,6 @@ Output is the same for any cut (semantics §4).
 
 from __future__ import annotations
 
-import inspect
 import logging
 import sys
 import threading
@@ -22,14 +21,13 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from ctistream.adapters.base import InputAdapter, OutputAdapter
-from ctistream.engine._spark import collect_driver_garbage, engine_work, parse_schema
-from ctistream.engine.columns import check_columns
+from ctistream.adapters.base import OutputAdapter
+from ctistream.engine._spark import collect_driver_garbage, engine_work
+from ctistream.engine.binding import BoundInput, bind
 from ctistream.engine.egress import EgressState, egress_epoch
 from ctistream.engine.errors import (
     EngineError,
     HeldEventsWarning,
-    QueryBuildError,
     QueryRunError,
     spark_message,
 )
@@ -39,7 +37,6 @@ from ctistream.engine.ingress import (
     InputSpec,
     PartitionState,
     _StopEpoch,
-    check_versions,
     ingress_epoch,
 )
 from ctistream.engine.operators import (
@@ -62,7 +59,6 @@ from ctistream.engine.operators.window import (
 )
 from ctistream.engine.ordering import (
     OrderingState,
-    check_ordering,
     complete_metrics,
     order_epoch,
     watermark_delay,
@@ -95,7 +91,6 @@ from ctistream.engine.rows import (
     release,
     release_checkpoints,
 )
-from ctistream.engine.schema import check_payload_names, schema_differences
 from ctistream.engine.source import SourceRead, read_input
 from ctistream.engine.temporal import MIN_TIME, format_ticks, iso_time, to_ticks
 from py4j.protocol import Py4JJavaError
@@ -104,7 +99,6 @@ from pyspark.errors import AnalysisException
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 __all__ = ["EPOCH_ITEMS", "BoundInput", "Runtime"]
 
@@ -117,16 +111,6 @@ EPOCH_ITEMS = 250_000
 #: One record per epoch; ``record.ctistream`` holds the fields (query, epoch, seconds, items,
 #: output_cti) for structured handlers.
 log = logging.getLogger("ctistream.runtime")
-
-
-@dataclass
-class BoundInput:
-    """An input node with its adapter made and its settings resolved (driver)."""
-
-    node: InputNode
-    adapter: InputAdapter
-    spec: InputSpec
-    schema: StructType
 
 
 @dataclass
@@ -148,11 +132,9 @@ class Runtime:
     progress: int | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        _check_output(self.name, self.output)
-        self.inputs = self._bind()
-        self._order = self._import_order()
-        # every column the operators name, resolved now: a mistake fails here, not in an epoch
-        check_columns(self.spark, self.root, {id(b.node): b.schema for b in self.inputs})
+        binding = bind(self.spark, self.name, self.root, self.output)
+        self.inputs = binding.inputs
+        self._order = binding.order
         #: operators whose output only windows read (``intervals`` for a join below a window)
         self._for_lifetimes = _read_for_lifetimes(self.root)
         #: per input index, the window that alone reads it, aggregated in its scan
@@ -166,64 +148,6 @@ class Runtime:
         # held while state DataFrames are read from another thread (operator_metrics) and
         # while an epoch releases the checkpoints its old state read
         self._release_lock = threading.Lock()
-
-    # -- binding ------------------------------------------------------------------------------
-    def _bind(self) -> list[BoundInput]:
-        nodes = sorted(
-            (n for n in walk(self.root) if isinstance(n, InputNode)), key=lambda n: n.order
-        )
-        names = [n.name for n in nodes]
-        dupes = {x for x in names if names.count(x) > 1}
-        if dupes:
-            raise QueryBuildError(
-                f"query {self.name!r} binds input name(s) {sorted(dupes)} more than once; expected "
-                "one binding per name. Fix: create each input once and reuse the Stream"
-            )
-        bound = []
-        for index, node in enumerate(nodes):
-            factory = node.factory
-            if not node.bound or node.shape is None:
-                raise QueryBuildError(
-                    f"query {self.name!r}: input {node.name!r} is an unbound template input "
-                    "(Stream.input); expected an input bound to an adapter factory. Fix: make a "
-                    f"QueryTemplate of the stream, bind {node.name!r} with "
-                    "QueryBinder(template).bind_producer(...) and call app.create_query(name, "
-                    "binder); or create the input with Stream.create"
-                )
-            if node.shape not in factory.supported_shapes:
-                raise QueryBuildError(
-                    f"input {node.name!r}: {type(factory).__name__} cannot make {node.shape.value} "
-                    f"adapters; it supports {sorted(s.value for s in factory.supported_shapes)}. "
-                    "Fix: bind the input with a supported shape"
-                )
-            adapter = factory.create(node.config, node.shape)
-            _check_read_batches(node.name, adapter)
-            adapter.bound_as(node.name)
-            declared = factory.declare_advance_time_properties(node.config, node.shape)
-            settings = node.settings or (declared.as_binding() if declared is not None else None)
-            schema = self._payload_schema(node, adapter)
-            check_payload_names(schema.fieldNames())
-            if node.ordering is not None:  # §7: its watermark replaces the declared generation
-                settings = node.settings
-                check_ordering(node.name, node.ordering, node.shape, settings, schema)
-            if node.versions is not None:
-                check_versions(node.name, node.versions, schema)
-            partitions = [str(p) for p in adapter.partitions()]
-            if not partitions:
-                raise QueryBuildError(f"input {node.name!r}: its adapter declares no partitions")
-            spec = InputSpec(
-                node.name,
-                index,
-                partitions,
-                settings,
-                schema.fieldNames(),
-                edges=node.shape is EventShape.EDGE or node.versions is not None,
-                points=_points(node),
-                ordering=node.ordering,
-                versions=node.versions,
-            )
-            bound.append(BoundInput(node, adapter, spec, schema))
-        return bound
 
     def _pushed_windows(self) -> dict[int, PushedWindow]:
         """The windows whose partial aggregates their input's scan computes: a window that
@@ -277,69 +201,6 @@ class Runtime:
             ):
                 packed.add(b.spec.index)
         return packed
-
-    def _payload_schema(self, node: InputNode, adapter: InputAdapter) -> StructType:
-        """The binding's ``schema=`` override; else the adapter's own; for a template input the
-        template's declaration, which the adapter's own (if it declares one) must agree with."""
-        if node.schema and node.template is None:
-            return parse_schema(node.schema)
-        own = adapter.payload_schema()
-        if node.template is None or node.schema is None:
-            if own is None:
-                raise QueryBuildError(
-                    f"input {node.name!r} of query {self.name!r}: {type(adapter).__name__} "
-                    "declares no payload schema and the binding gives none. Fix: pass schema= "
-                    "(Spark DDL) to Stream.create, or declare it in the adapter factory"
-                )
-            return parse_schema(own)
-        declared = parse_schema(node.schema)
-        if own is not None:
-            diffs = schema_differences(declared, parse_schema(own))
-            if diffs:
-                raise QueryBuildError(
-                    f"query {self.name!r}: input {node.name!r} of template {node.template!r} is "
-                    f"declared as {node.schema!r}, but {type(node.factory).__name__} makes "
-                    f"adapters with payload {own!r}: {'; '.join(diffs)}. Fix: declare the "
-                    "template input with the adapter's schema, or configure the adapter to "
-                    "produce the declared one (e.g. give it an explicit schema)"
-                )
-        return declared
-
-    def _import_order(self) -> list[BoundInput]:
-        by_name = {b.spec.name: b for b in self.inputs}
-        source: dict[str, str] = {}
-        for b in self.inputs:
-            imp = b.spec.settings.import_settings if b.spec.settings else None
-            if imp is None:
-                continue
-            if imp.stream_name not in by_name:
-                raise QueryBuildError(
-                    f"input {b.spec.name!r} imports CTIs from {imp.stream_name!r}, which is not "
-                    f"an input of query {self.name!r}; its inputs are {sorted(by_name)}. Fix: use "
-                    "that stream in the query (e.g. join or union it), or import from one of these"
-                )
-            if imp.stream_name == b.spec.name:
-                raise QueryBuildError(f"input {b.spec.name!r} imports CTIs from itself")
-            source[b.spec.name] = imp.stream_name
-        order: list[BoundInput] = []
-        done: set[str] = set()
-
-        def visit(name: str, path: list[str]) -> None:
-            if name in done:
-                return
-            if name in path:
-                raise QueryBuildError(
-                    f"CTI imports form a cycle: {' -> '.join([*path, name])}. Fix: let at least "
-                    "one of these inputs generate its own CTIs instead of importing them"
-                )
-            if name in source:
-                visit(source[name], [*path, name])
-            done.add(name)
-            order.append(by_name[name])
-
-        for b in self.inputs:
-            visit(b.spec.name, [])
-        return order
 
     # -- running ------------------------------------------------------------------------------
     def _read_all(
@@ -1002,45 +863,6 @@ def _undelivered(first: int, items: list, delivered: int | None) -> tuple[int, l
     if skip and skip >= len(items):
         return None
     return first + skip, items[skip:]
-
-
-def _check_output(name: str, output: OutputAdapter) -> None:
-    """Refuse, when the query is built and with the fix, an output adapter that would receive
-    items it holds again or fail mid-run: one that defines ``delivered_through()`` (progress per
-    epoch) instead of :meth:`OutputAdapter.progress`, or whose ``deliver`` takes no ``first``."""
-    kind = type(output)
-    if hasattr(kind, "delivered_through") and kind.progress is OutputAdapter.progress:
-        raise QueryBuildError(
-            f"query {name!r}: {kind.__name__} defines delivered_through(), which the engine does "
-            "not call; expected progress() -> int or None, how many of the query's output "
-            "items the output holds (output progress is tracked per item: an epoch that failed "
-            "part-way is completed after a restart). Fix: rename it to progress(), record "
-            "first + len(items) with what deliver(epoch, items, first) writes, and return it"
-        )
-    try:
-        inspect.signature(output.deliver).bind(0, [], 0)
-    except TypeError:
-        raise QueryBuildError(
-            f"query {name!r}: {kind.__name__}.deliver does not take (epoch, items, first); "
-            "expected deliver(epoch, items, first) as ctistream.OutputAdapter declares it, "
-            "first being the number of items[0] among the query's output items. Fix: add the "
-            "parameter 'first'; an adapter that records progress records first + len(items) "
-            "and returns it from progress()"
-        ) from None
-
-
-def _check_read_batches(name: str, adapter: InputAdapter) -> None:
-    """An adapter's own ``read_batches`` must take ``until`` (the engine passes it on every
-    read): fail when the query is built, not on an executor mid-run."""
-    if "until" in inspect.signature(adapter.read_batches).parameters:
-        return
-    raise QueryBuildError(
-        f"input {name!r}: {type(adapter).__name__}.read_batches(partition, start_offset, "
-        "payload) does not take the keyword 'until'; expected read_batches(partition, "
-        "start_offset, payload, until=None), as ctistream.InputAdapter declares it. Fix: "
-        "add 'until=None' to the override and pass it on to super().read_batches (or stop "
-        "after the first item stamped at or after it)"
-    )
 
 
 def _read_for_lifetimes(root: Node) -> set[int]:
