@@ -30,7 +30,7 @@ deliver the same items.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from ctistream.engine.binding import Binding, BoundInput
@@ -85,17 +85,6 @@ class InputScan:
     packed: bool = False
     edges_on_driver: bool = False
 
-    def choices(self) -> list[str]:
-        """The fusions that apply, in words (what ``Query.explain()`` shows)."""
-        shown = []
-        if self.pushed is not None:
-            shown.append("its window's partial aggregates computed in the scan")
-        if self.packed:
-            shown.append("events packed for the lookup join")
-        if self.edges_on_driver:
-            shown.append("END edges matched on the driver when few")
-        return shown
-
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Step:
@@ -112,10 +101,6 @@ class Step:
     #: whether a checkpoint of its output covers its events (a join's events are already a
     #: selection over its own checkpoint, the output of its Arrow function)
     checkpoint_events: ClassVar[bool] = True
-
-    def choices(self) -> list[str]:
-        """The fusions that apply, in words (what ``Query.explain()`` shows)."""
-        return []
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -141,21 +126,13 @@ class LifetimeStep(Step):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class WindowStep(Step):
-    """``partials_from``: where the window's partial aggregates may come from instead of its
-    input's events: ``"scan"`` (:func:`_pushed_window`) or ``"join"``
-    (:func:`_window_over_join`); None: it aggregates the events it receives."""
+    """``spec``: the window's grid and aggregates. Its partial aggregates may come from its
+    input's scan (:attr:`InputScan.pushed`) or from the join below it (:attr:`JoinStep.window`)
+    instead of events: it merges what it receives (:attr:`engine.rows.Flow.partials`)."""
 
     node: WindowNode
     spec: WindowSpec
-    partials_from: str | None = None
     stateful: ClassVar[bool] = True
-
-    def choices(self) -> list[str]:
-        if self.partials_from == "scan":
-            return ["partial aggregates from its input's scan"]
-        if self.partials_from == "join":
-            return ["partial aggregates from the join below it where it can compute them"]
-        return []
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -183,19 +160,6 @@ class JoinStep(Step):
     stateful: ClassVar[bool] = True
     checkpoint_events: ClassVar[bool] = False
 
-    def choices(self) -> list[str]:
-        shown = []
-        if self.lifetimes_only:
-            shown.append("pairs leave as intervals where their end is known (read for lifetimes)")
-        if self.window is not None:
-            shown.append("may compute its window's partial aggregates")
-        if self.lifetimes_only and any(self.points):
-            shown.append("pairs with a side of points wait for their end")
-        unkeyed = [s for s, ok in zip(("left", "right"), self.keyed_sides, strict=True) if not ok]
-        if unkeyed:
-            shown.append(f"keyed CTIs of the {' and '.join(unkeyed)} side(s) not used")
-        return shown
-
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class AntiJoinStep(Step):
@@ -221,14 +185,6 @@ class PhysicalPlan:
     scans: tuple[InputScan, ...]
     steps: tuple[Step, ...]
     ingress_ahead: bool = True
-    by_node: dict[int, InputScan | Step] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        self.by_node.update({id(p.node): p for p in (*self.scans, *self.steps)})
-
-    def of(self, node: Node) -> InputScan | Step:
-        """The physical node that runs logical ``node``."""
-        return self.by_node[id(node)]
 
 
 def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False) -> PhysicalPlan:
@@ -244,15 +200,12 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
     ansi = conf.get("spark.sql.ansi.enabled", "true") == "true"
 
     pushed: dict[int, PushedWindow] = {}  # by input index
-    windows: dict[int, WindowSpec] = {}  # by window node id
     for node in walk(root):
-        if isinstance(node, WindowNode):
-            windows[id(node)] = _window_spec(node)
-            b = by_node.get(id(node.child))
-            if b is not None and not traced:
-                window = _pushed_window(windows[id(node)], b, readers, case_sensitive, ansi)
-                if window is not None:
-                    pushed[b.spec.index] = window
+        b = by_node.get(id(node.child)) if isinstance(node, WindowNode) else None
+        if b is not None and not traced:
+            window = _pushed_window(node, b, readers, case_sensitive, ansi)
+            if window is not None:
+                pushed[b.spec.index] = window
     scans = tuple(
         InputScan(
             b.node,
@@ -268,29 +221,23 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
     for node in walk(root):
         if isinstance(node, InputNode):
             continue
-        checkpoint = {"checkpoint": _checkpointed(node, root, traced)}
+        checkpoint = _checkpointed(node, root, traced)
         if isinstance(node, WindowNode):
-            child = node.child
-            by_scan = isinstance(child, InputNode) and by_node[id(child)].spec.index in pushed
-            by_join = not traced and _window_over_join(child, readers) is not None
-            fed = "scan" if by_scan else "join" if by_join else None
-            steps.append(
-                WindowStep(node=node, spec=windows[id(node)], partials_from=fed, **checkpoint)
-            )
+            steps.append(WindowStep(node=node, spec=_window_spec(node), checkpoint=checkpoint))
         elif isinstance(node, JoinNode):
             lifetimes = not traced and _lifetimes_only(node, readers)
             steps.append(
                 JoinStep(
                     node=node,
+                    checkpoint=checkpoint,
                     keyed_sides=_keyed_sides(node),
                     lifetimes_only=lifetimes,
                     window=_window_over_join(node, readers) if lifetimes else None,
                     points=(_points(node.left, by_node), _points(node.right, by_node)),
-                    **checkpoint,
                 )
             )
         else:
-            steps.append(_STEPS[type(node)](node=node, **checkpoint))
+            steps.append(_STEPS[type(node)](node=node, checkpoint=checkpoint))
     return PhysicalPlan(scans, tuple(steps), ingress_ahead=not traced)
 
 
@@ -313,13 +260,13 @@ def _window_spec(node: WindowNode) -> WindowSpec:
 
 
 def _pushed_window(
-    spec: WindowSpec,
+    node: WindowNode,
     b: BoundInput,
     readers: dict[int, list[Node]],
     case_sensitive: bool,
     ansi: bool,
 ) -> PushedWindow | None:
-    """The window (``spec``) that reads input ``b`` directly, pushed into ``b``'s scan, which
+    """The window ``node`` that reads input ``b`` directly, pushed into ``b``'s scan, which
     then hands Spark one row of partial aggregates per window, group and source partition
     instead of one per event (docs/decisions.md, "Operators": "A window of partial aggregates
     that is the only reader of an input"). Only where the window is the input's only reader (no
@@ -331,6 +278,7 @@ def _pushed_window(
     ordering = b.spec.ordering
     if len(readers.get(id(b.node), [])) > 1 or not b.spec.points or getattr(ordering, "over", None):
         return None
+    spec = _window_spec(node)
     return push_window(spec, b.schema, case_sensitive, ansi, f"input {b.spec.name!r}")
 
 

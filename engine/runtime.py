@@ -1,4 +1,9 @@
-"""Epochs: the runtime that binds a plan to adapters and runs it on Spark.
+"""Epochs: the runtime that runs a query's plan on Spark, epoch after epoch (driver).
+
+A query is bound first (:mod:`engine.binding`: adapters, settings, schemas, import order,
+build-time checks), then planned (:mod:`engine.physical`: which fusion applies where), and
+run here: the runtime executes the physical nodes, each by its executor (``_EXECUTORS``),
+commits their state, runs the next epoch's ingress ahead and delivers the output.
 
 A run cuts the arrival sequence of all inputs into epochs (contiguous ranges of arrival stamps).
 Each epoch is one pass over the plan: ingress per input (in import order), operators, egress;
