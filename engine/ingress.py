@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from ctistream.engine._spark import settle_worker
@@ -78,7 +78,18 @@ from pyspark.sql.types import (
     StructType,
 )
 
-__all__ = ["IngressState", "InputSpec", "PartitionState", "check_versions", "ingress_epoch"]
+if TYPE_CHECKING:
+    from ctistream.engine.physical import InputScan
+
+__all__ = [
+    "EpochRows",
+    "IngressState",
+    "InputSpec",
+    "PartitionState",
+    "check_versions",
+    "driver_compares",
+    "ingress_epoch",
+]
 
 _P = "__p"  # the source partition whose sequence a row belongs to
 _SRC = "__src"  # for broadcast rows: "import" or "flush"
@@ -162,33 +173,44 @@ class _StopEpoch(Exception):
         self.error = error
 
 
+@dataclass(frozen=True)
+class EpochRows:
+    """One input's items of one epoch, as the runtime hands them to :func:`ingress_epoch`.
+
+    ``raw``: the items (``__kind`` INSERT / CTI / EOI, ``__edge``, ``__start``, ``__end``,
+    ``__pos``, ``__part``, payload). ``imports``: CTIs of the imported input in this epoch
+    (``__pos``, ``__c``). ``flush_at_stop``: the query stops after this epoch and the input
+    flushes on stop. ``in_order``: each of ``raw``'s Spark partitions holds one source
+    partition's rows in position order (as the input was read). ``read``: how ``raw`` was read;
+    given with ``in_order``, the scan runs in the read's own Python task."""
+
+    raw: DataFrame
+    imports: DataFrame | None = None
+    flush_at_stop: bool = False
+    in_order: bool = False
+    read: SourceRead | None = None
+
+
 def ingress_epoch(
     spark: SparkSession,
-    spec: InputSpec,
-    raw: DataFrame,
-    imports: DataFrame | None,
-    flush_at_stop: bool,
+    scan: InputScan,
+    epoch: EpochRows,
     state: IngressState,
     cache: EpochCache,
     trace: RunObserver | None = None,
-    in_order: bool = False,
-    read: SourceRead | None = None,
-    pushed: PushedWindow | None = None,
-    packed: bool = False,
 ) -> tuple[Flow, IngressState]:
-    """Run one epoch of ``spec``'s ingress.
+    """Run one epoch of input ``scan``'s ingress over its items of the epoch, ``epoch``.
 
-    ``raw``: the input's items of this epoch (``__kind`` INSERT / CTI / EOI, ``__edge``,
-    ``__start``, ``__end``, ``__pos``, ``__part``, payload). ``imports``: CTIs of the imported input
-    in this epoch (``__pos``, ``__c``). ``flush_at_stop``: the query stops after this epoch and the
-    input flushes on stop. ``in_order``: each of ``raw``'s Spark partitions holds one source
-    partition's rows in position order (as the input was read). ``read``: how ``raw`` was read;
-    given with ``in_order``, the scan runs in the read's own Python task. ``pushed``: the window
-    that alone reads this input; the scan computes its partial aggregates and hands Spark those
-    (:attr:`Flow.partials`) instead of the events. ``packed``: the scan hands Spark its events
-    packed (:mod:`engine.packed`, :attr:`Flow.packed`; the input has no edges). Returns the
-    input's events and CTIs and the state after the epoch.
+    ``scan`` holds the input's choices (:class:`engine.physical.InputScan`): with ``pushed``
+    (the window that alone reads this input) the scan computes its partial aggregates and hands
+    Spark those (:attr:`Flow.partials`) instead of the events; with ``packed`` it hands Spark its
+    events packed (:mod:`engine.packed`, :attr:`Flow.packed`; the input has no edges); with
+    ``edges_on_driver`` an epoch of few edges matches them on the driver. Returns the input's
+    events and CTIs and the state after the epoch.
     """
+    spec, pushed, packed = scan.spec, scan.pushed, scan.packed
+    raw, imports, read = epoch.raw, epoch.imports, epoch.read
+    flush_at_stop, in_order = epoch.flush_at_stop, epoch.in_order
     settings = spec.settings
     gen = settings.generation if settings else None
     policy = spec.policy
@@ -285,7 +307,7 @@ def ingress_epoch(
                     a, spec, state.open_edges, cache
                 )
                 new_state.open_rows = None
-            elif _few_edges(spec, a, state.open_rows, rows):
+            elif scan.edges_on_driver and _few_edges(state.open_rows, rows):
                 closed, new_state.open_edges, counts, new_state.open_rows = _edges_on_driver(
                     a, spec, state.open_edges
                 )
@@ -682,13 +704,17 @@ _DRIVER_TYPES = (
 )
 
 
-def _few_edges(spec: InputSpec, a: DataFrame, open_rows: int | None, rows: int) -> bool:
-    if open_rows is None or open_rows + rows > DRIVER_EDGES:
-        return False
-    types = [a.schema[c].dataType for c in spec.payload]
+def driver_compares(types: list[Any]) -> bool:
+    """Whether the driver's FIFO matching (:func:`_fifo_pairs`) compares payload values of these
+    types as Spark's null-safe equality does (numbers, bytewise strings, booleans, dates,
+    binary): where :class:`engine.physical.InputScan` may match END edges on the driver."""
     return all(
         isinstance(t, _DRIVER_TYPES) or (isinstance(t, StringType) and _bytewise(t)) for t in types
     )
+
+
+def _few_edges(open_rows: int | None, rows: int) -> bool:
+    return open_rows is not None and open_rows + rows <= DRIVER_EDGES
 
 
 def _edges_on_driver(

@@ -1,4 +1,9 @@
-"""Epochs: the runtime that binds a plan to adapters and runs it on Spark.
+"""Epochs: the runtime that runs a query's plan on Spark, epoch after epoch (driver).
+
+A query is bound first (:mod:`engine.binding`: adapters, settings, schemas, import order,
+build-time checks), then planned (:mod:`engine.physical`: which fusion applies where), and
+run here: the runtime executes the physical nodes, each by its executor (``_EXECUTORS``),
+commits their state, runs the next epoch's ingress ahead and delivers the output.
 
 A run cuts the arrival sequence of all inputs into epochs (contiguous ranges of arrival stamps).
 Each epoch is one pass over the plan: ingress per input (in import order), operators, egress;
@@ -10,36 +15,33 @@ Output is the same for any cut (semantics §4).
 
 from __future__ import annotations
 
-import inspect
 import logging
 import sys
 import threading
 import time
 import warnings
-from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from ctistream.engine._spark import collect_driver_garbage, engine_work, parse_schema
-from ctistream.engine.columns import check_columns
-from ctistream.engine.contracts import InputAdapter, OutputAdapter
+from ctistream.engine._spark import collect_driver_garbage, engine_work
+from ctistream.engine.binding import BoundInput, bind
+from ctistream.engine.contracts import OutputAdapter
 from ctistream.engine.egress import EgressState, egress_epoch
 from ctistream.engine.errors import (
     EngineError,
     HeldEventsWarning,
-    QueryBuildError,
     QueryRunError,
     spark_message,
 )
 from ctistream.engine.events import EventShape
 from ctistream.engine.ingress import (
+    EpochRows,
     IngressState,
     InputSpec,
     PartitionState,
     _StopEpoch,
-    check_versions,
     ingress_epoch,
 )
 from ctistream.engine.observer import RunObserver
@@ -55,32 +57,33 @@ from ctistream.engine.operators.anti_join import AntiJoinState, anti_join
 from ctistream.engine.operators.join import JoinState, join
 from ctistream.engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from ctistream.engine.operators.window import (
-    PushedWindow,
-    WindowSpec,
     WindowState,
-    push_window,
     window_aggregate,
 )
 from ctistream.engine.ordering import (
     OrderingState,
-    check_ordering,
     complete_metrics,
     order_epoch,
     watermark_delay,
 )
 from ctistream.engine.packed import count_rows
+from ctistream.engine.physical import (
+    AntiJoinStep,
+    JoinStep,
+    LifetimeStep,
+    MergeStep,
+    PhysicalPlan,
+    SelectStep,
+    SnapshotStep,
+    Step,
+    UnionStep,
+    WhereStep,
+    WindowStep,
+    plan,
+)
 from ctistream.engine.plan import (
-    AntiJoinNode,
     InputNode,
-    JoinNode,
-    LifetimeNode,
-    MergeNode,
     Node,
-    SelectNode,
-    SnapshotNode,
-    UnionNode,
-    WhereNode,
-    WindowNode,
     walk,
 )
 from ctistream.engine.rows import (
@@ -96,7 +99,6 @@ from ctistream.engine.rows import (
     release,
     release_checkpoints,
 )
-from ctistream.engine.schema import check_payload_names, schema_differences
 from ctistream.engine.source import SourceRead, read_input
 from ctistream.engine.temporal import MIN_TIME, format_ticks, iso_time, to_ticks
 from py4j.protocol import Py4JJavaError
@@ -105,7 +107,6 @@ from pyspark.errors import AnalysisException
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 __all__ = ["EPOCH_ITEMS", "BoundInput", "Runtime"]
 
@@ -118,16 +119,6 @@ EPOCH_ITEMS = 250_000
 #: One record per epoch; ``record.ctistream`` holds the fields (query, epoch, seconds, items,
 #: output_cti) for structured handlers.
 log = logging.getLogger("ctistream.runtime")
-
-
-@dataclass
-class BoundInput:
-    """An input node with its adapter made and its settings resolved (driver)."""
-
-    node: InputNode
-    adapter: InputAdapter
-    spec: InputSpec
-    schema: StructType
 
 
 @dataclass
@@ -149,198 +140,21 @@ class Runtime:
     progress: int | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        _check_output(self.name, self.output)
-        self.inputs = self._bind()
-        self._order = self._import_order()
-        # every column the operators name, resolved now: a mistake fails here, not in an epoch
-        check_columns(self.spark, self.root, {id(b.node): b.schema for b in self.inputs})
-        #: operators whose output only windows read (``intervals`` for a join below a window)
-        self._for_lifetimes = _read_for_lifetimes(self.root)
-        #: per input index, the window that alone reads it, aggregated in its scan
-        self._pushed = self._pushed_windows()
-        #: per join that one window alone reads, that window (its partial aggregates may be
-        #: computed by the join: engine.operators.join)
-        self._join_windows = _windows_over_joins(self.root)
-        #: the input indexes whose scan packs their events for the lookup join that reads them
-        self._packed = self._packed_inputs()
+        binding = bind(self.spark, self.name, self.root, self.output)
+        self.inputs = binding.inputs
+        #: how the query runs (engine.physical): untraced, and for a traced run
+        self.physical = plan(self.spark, self.root, binding)
+        self._traced_plan = plan(self.spark, self.root, binding, traced=True)
         self._held = Checkpoints()
         # held while state DataFrames are read from another thread (operator_metrics) and
         # while an epoch releases the checkpoints its old state read
         self._release_lock = threading.Lock()
 
-    # -- binding ------------------------------------------------------------------------------
-    def _bind(self) -> list[BoundInput]:
-        nodes = sorted(
-            (n for n in walk(self.root) if isinstance(n, InputNode)), key=lambda n: n.order
-        )
-        names = [n.name for n in nodes]
-        dupes = {x for x in names if names.count(x) > 1}
-        if dupes:
-            raise QueryBuildError(
-                f"query {self.name!r} binds input name(s) {sorted(dupes)} more than once; expected "
-                "one binding per name. Fix: create each input once and reuse the Stream"
-            )
-        bound = []
-        for index, node in enumerate(nodes):
-            factory = node.factory
-            if not node.bound or node.shape is None:
-                raise QueryBuildError(
-                    f"query {self.name!r}: input {node.name!r} is an unbound template input "
-                    "(Stream.input); expected an input bound to an adapter factory. Fix: make a "
-                    f"QueryTemplate of the stream, bind {node.name!r} with "
-                    "QueryBinder(template).bind_producer(...) and call app.create_query(name, "
-                    "binder); or create the input with Stream.create"
-                )
-            if node.shape not in factory.supported_shapes:
-                raise QueryBuildError(
-                    f"input {node.name!r}: {type(factory).__name__} cannot make {node.shape.value} "
-                    f"adapters; it supports {sorted(s.value for s in factory.supported_shapes)}. "
-                    "Fix: bind the input with a supported shape"
-                )
-            adapter = factory.create(node.config, node.shape)
-            _check_read_batches(node.name, adapter)
-            adapter.bound_as(node.name)
-            declared = factory.declare_advance_time_properties(node.config, node.shape)
-            settings = node.settings or (declared.as_binding() if declared is not None else None)
-            schema = self._payload_schema(node, adapter)
-            check_payload_names(schema.fieldNames())
-            if node.ordering is not None:  # §7: its watermark replaces the declared generation
-                settings = node.settings
-                check_ordering(node.name, node.ordering, node.shape, settings, schema)
-            if node.versions is not None:
-                check_versions(node.name, node.versions, schema)
-            partitions = [str(p) for p in adapter.partitions()]
-            if not partitions:
-                raise QueryBuildError(f"input {node.name!r}: its adapter declares no partitions")
-            spec = InputSpec(
-                node.name,
-                index,
-                partitions,
-                settings,
-                schema.fieldNames(),
-                edges=node.shape is EventShape.EDGE or node.versions is not None,
-                points=_points(node),
-                ordering=node.ordering,
-                versions=node.versions,
-            )
-            bound.append(BoundInput(node, adapter, spec, schema))
-        return bound
-
-    def _pushed_windows(self) -> dict[int, PushedWindow]:
-        """The windows whose partial aggregates their input's scan computes: a window that
-        reads an input directly, as that input's only reader, a POINT input (an interval or an
-        edge may end at +inf, docs/decisions.md "Windows") without substreams, and aggregates
-        :func:`engine.operators.window.push_window` takes."""
-        readers = Counter(id(c) for n in walk(self.root) for c in n.children())
-        conf = self.spark.conf
-        case_sensitive = conf.get("spark.sql.caseSensitive", "false") == "true"
-        ansi = conf.get("spark.sql.ansi.enabled", "true") == "true"
-        pushed = {}
-        for node in walk(self.root):
-            if not isinstance(node, WindowNode) or not isinstance(node.child, InputNode):
-                continue
-            b = next(b for b in self.inputs if b.node is node.child)
-            ordering = b.spec.ordering
-            # an interval may end at +inf: counted only as windows complete (docs/decisions.md)
-            if readers[id(b.node)] > 1 or not b.spec.points or getattr(ordering, "over", None):
-                continue
-            spec = WindowSpec(node.size, node.hop, node.keys, node.aggregates, node.point_at_end)
-            window = push_window(spec, b.schema, case_sensitive, ansi, f"input {b.spec.name!r}")
-            if window is not None:
-                pushed[b.spec.index] = window
-        return pushed
-
-    def _packed_inputs(self) -> set[int]:
-        """The inputs whose scan packs their events (engine.packed): an input without edges,
-        substreams or a pushed window, read only by a join whose other side has an input that
-        imports this one's CTIs (the seeds' lookup: a slow reference stream synchronized with a
-        fast data stream, which the join pairs with the reference side collected whole)."""
-        readers: dict[int, list[Node]] = {}
-        for node in walk(self.root):
-            for child in node.children():
-                readers.setdefault(id(child), []).append(node)
-        importers = {
-            b.spec.name: b.spec.settings.import_settings.stream_name
-            for b in self.inputs
-            if b.spec.settings is not None and b.spec.settings.import_settings is not None
-        }
-        packed = set()
-        for b in self.inputs:
-            by = readers.get(id(b.node), [])
-            if len(by) != 1 or not isinstance(by[0], JoinNode) or by[0].left is by[0].right:
-                continue
-            if b.spec.edges or b.spec.ordering is not None or b.spec.index in self._pushed:
-                continue
-            other = by[0].right if by[0].left is b.node else by[0].left
-            if any(
-                isinstance(n, InputNode) and importers.get(n.name) == b.spec.name
-                for n in walk(other)
-            ):
-                packed.add(b.spec.index)
-        return packed
-
-    def _payload_schema(self, node: InputNode, adapter: InputAdapter) -> StructType:
-        """The binding's ``schema=`` override; else the adapter's own; for a template input the
-        template's declaration, which the adapter's own (if it declares one) must agree with."""
-        if node.schema and node.template is None:
-            return parse_schema(node.schema)
-        own = adapter.payload_schema()
-        if node.template is None or node.schema is None:
-            if own is None:
-                raise QueryBuildError(
-                    f"input {node.name!r} of query {self.name!r}: {type(adapter).__name__} "
-                    "declares no payload schema and the binding gives none. Fix: pass schema= "
-                    "(Spark DDL) to Stream.create, or declare it in the adapter factory"
-                )
-            return parse_schema(own)
-        declared = parse_schema(node.schema)
-        if own is not None:
-            diffs = schema_differences(declared, parse_schema(own))
-            if diffs:
-                raise QueryBuildError(
-                    f"query {self.name!r}: input {node.name!r} of template {node.template!r} is "
-                    f"declared as {node.schema!r}, but {type(node.factory).__name__} makes "
-                    f"adapters with payload {own!r}: {'; '.join(diffs)}. Fix: declare the "
-                    "template input with the adapter's schema, or configure the adapter to "
-                    "produce the declared one (e.g. give it an explicit schema)"
-                )
-        return declared
-
-    def _import_order(self) -> list[BoundInput]:
-        by_name = {b.spec.name: b for b in self.inputs}
-        source: dict[str, str] = {}
-        for b in self.inputs:
-            imp = b.spec.settings.import_settings if b.spec.settings else None
-            if imp is None:
-                continue
-            if imp.stream_name not in by_name:
-                raise QueryBuildError(
-                    f"input {b.spec.name!r} imports CTIs from {imp.stream_name!r}, which is not "
-                    f"an input of query {self.name!r}; its inputs are {sorted(by_name)}. Fix: use "
-                    "that stream in the query (e.g. join or union it), or import from one of these"
-                )
-            if imp.stream_name == b.spec.name:
-                raise QueryBuildError(f"input {b.spec.name!r} imports CTIs from itself")
-            source[b.spec.name] = imp.stream_name
-        order: list[BoundInput] = []
-        done: set[str] = set()
-
-        def visit(name: str, path: list[str]) -> None:
-            if name in done:
-                return
-            if name in path:
-                raise QueryBuildError(
-                    f"CTI imports form a cycle: {' -> '.join([*path, name])}. Fix: let at least "
-                    "one of these inputs generate its own CTIs instead of importing them"
-                )
-            if name in source:
-                visit(source[name], [*path, name])
-            done.add(name)
-            order.append(by_name[name])
-
-        for b in self.inputs:
-            visit(b.spec.name, [])
-        return order
+    @property
+    def _plan(self) -> PhysicalPlan:
+        """The physical plan this run follows: a traced run's has no fusion that hides what
+        the trace records (engine.physical)."""
+        return self._traced_plan if self._trace is not None else self.physical
 
     # -- running ------------------------------------------------------------------------------
     def _read_all(
@@ -463,7 +277,7 @@ class Runtime:
                 last = k == len(bounds) - 1
                 reads = {b.spec.index: self._source_read(b, hi) for b in self.inputs}
                 upcoming = None
-                if not last and trace is None:  # its ingress runs while this epoch's operators do
+                if not last and self._plan.ingress_ahead:  # runs while this epoch's operators do
                     after = k + 1 == len(bounds) - 1
                     upcoming = _Upcoming(raws, *bounds[k + 1], stop and after)
                 self.run_epoch(k, reads | raws, lo, hi, stop and last, delivered, upcoming=upcoming)
@@ -742,88 +556,24 @@ class Runtime:
             self._ahead = _Ahead.start(self, upcoming, ingress, ordering)
         ops = dict(self._ops)
         self._building = None
-        lifetimes_only = set() if trace is not None else self._for_lifetimes
-        for node in walk(self.root):
-            if isinstance(node, InputNode):
-                continue
+        for step in self._plan.steps:
+            node = step.node
             self._building = node  # the operator an analysis error comes from (_run_error)
-            if isinstance(node, WhereNode):
-                flows[id(node)] = where(flows[id(node.child)], node.condition)
-            elif isinstance(node, SelectNode):
-                flows[id(node)] = select(flows[id(node.child)], node.columns)
-            elif isinstance(node, MergeNode):
-                flows[id(node)] = flows[id(node.child)].merged()
-            elif isinstance(node, LifetimeNode):
-                st = ops.get(id(node)) or LifetimeState()
-                flows[id(node)], ops[id(node)] = alter_lifetime(
-                    flows[id(node.child)],
-                    shift=node.shift,
-                    start_fn=node.start_fn,
-                    duration=node.duration,
-                    state=st,
-                    cache=cache,
-                )
-            elif isinstance(node, WindowNode):
-                spec = WindowSpec(
-                    node.size, node.hop, node.keys, node.aggregates, node.point_at_end
-                )
-                flows[id(node)], ops[id(node)] = window_aggregate(
-                    flows[id(node.child)], spec, ops.get(id(node)) or WindowState(), cache
-                )
-            elif isinstance(node, SnapshotNode):
-                flows[id(node)], ops[id(node)] = snapshot_aggregate(
-                    flows[id(node.child)],
-                    node.keys,
-                    node.aggregates,
-                    ops.get(id(node)) or SnapshotState(),
-                    cache,
-                )
-            elif isinstance(node, JoinNode):
-                flows[id(node)], ops[id(node)] = join(
-                    flows[id(node.left)],
-                    flows[id(node.right)],
-                    node.on,
-                    ops.get(id(node)) or JoinState(),
-                    cache,
-                    (not _joins_below(node.left), not _joins_below(node.right)),
-                    intervals=id(node) in lifetimes_only,
-                    window=self._join_windows.get(id(node)),
-                    points=(_points(node.left), _points(node.right)),
-                )
-            elif isinstance(node, AntiJoinNode):
-                flows[id(node)], ops[id(node)] = anti_join(
-                    flows[id(node.left)],
-                    flows[id(node.right)],
-                    node.on,
-                    ops.get(id(node)) or AntiJoinState(),
-                    cache,
-                )
-            elif isinstance(node, UnionNode):
-                st = ops.get(id(node)) or UnionState.initial(len(node.inputs))
-                flows[id(node)], ops[id(node)] = union(
-                    [flows[id(c)] for c in node.inputs], st, cache
-                )
-            else:  # pragma: no cover - every node type is handled above
-                raise TypeError(f"unknown plan node {node!r}")
-            if id(node) in ops and (node is not self.root or trace is not None):
-                # Operators use their inputs several times (events, CTIs, held state), so a
-                # plan that embeds its whole upstream plan grows multiplicatively with depth and
-                # Spark's analyzer runs out of memory on a few stacked joins and windows. A lazy
-                # local checkpoint makes each operator's output a leaf for the operators after it
-                # (computed once, when first used, and no extra job). The root's output is
-                # used once, by egress's one job: planning its checkpoint costs more (about 80
-                # ms a frame in B1) than it saves, unless a trace reads it too. A join's events
-                # are already a selection over its own checkpoint (its Arrow function's output).
-                flow = flows[id(node)]
+            inputs = [flows[id(c)] for c in node.children()]
+            flow, st = _EXECUTORS[type(step)](step, inputs, ops.get(id(node)), cache)
+            if step.stateful:
+                ops[id(node)] = st
+            if step.checkpoint:  # engine.physical._checkpointed
                 keyed = checkpoint(flow.keyed, eager=False) if flow.keyed is not None else None
                 events = flow.events
-                if not isinstance(node, JoinNode):
+                if step.checkpoint_events:
                     events = checkpoint(events, eager=False)
-                flows[id(node)] = replace(
+                flow = replace(
                     flow, events=events, ctis=checkpoint(flow.ctis, eager=False), keyed=keyed
                 )
-                if trace is not None:
-                    trace.operator(node, flows[id(node)])
+            flows[id(node)] = flow
+            if trace is not None and step.stateful:
+                trace.operator(node, flow)
         self._building = None
         root = flows[id(self.root)]
         items, egress = egress_epoch(
@@ -850,8 +600,9 @@ class Runtime:
         trace = self._trace
         flows: dict[int, Flow] = {}
         ingress, ordering = dict(ingress), dict(ordering)
-        for b in self._order:
-            raw = raws[b.spec.index]
+        for scan in self._plan.scans:
+            spec = scan.spec
+            raw = raws[spec.index]
             read = None
             if isinstance(raw, SourceRead):  # the epoch's rows, read where the scan runs
                 read = raw if before is None else replace(raw, before=before)
@@ -863,39 +614,34 @@ class Runtime:
                     raw = raw.filter(F.col("__arr") < hi)
                 if before is not None:
                     raw = raw.filter(F.col(POS) < pos_literal(*before))
-            if b.spec.ordering is not None:  # §7 before §3 (engine/ordering.py)
-                idx = b.spec.index
+            if spec.ordering is not None:  # §7 before §3 (engine/ordering.py)
+                idx = spec.index
                 raw, ordering[idx] = order_epoch(
-                    b.spec.ordering,
+                    spec.ordering,
                     raw,
                     ordering[idx],
                     cache,
                     # traced: the timeline marks what §7 dropped or moved
-                    decided=None if trace is None else lambda d, s=b.spec: trace.ordering(s, d),
+                    decided=None if trace is None else lambda d, s=spec: trace.ordering(s, d),
                 )
-            imp = b.spec.settings.import_settings if b.spec.settings else None
+            imp = spec.settings.import_settings if spec.settings else None
             imports = None
             if imp is not None:
                 imports = flows[id(self._node(imp.stream_name))].ctis
-            flow, ingress[b.spec.index] = ingress_epoch(
-                self.spark,
-                b.spec,
+            rows = EpochRows(
                 raw,
                 imports,
-                stopping and b.spec.flush_on_stop,
-                ingress[b.spec.index],
-                cache,
-                trace,
+                stopping and spec.flush_on_stop,
                 # an input's partitions come in position order as read, §7 reorders them
-                b.spec.ordering is None and (as_read is None or b.spec.index in as_read),
+                spec.ordering is None and (as_read is None or spec.index in as_read),
                 read,
-                # a traced run records the input's events
-                self._pushed.get(b.spec.index) if trace is None else None,
-                trace is None and b.spec.index in self._packed,
             )
-            flows[id(b.node)] = flow
+            flow, ingress[spec.index] = ingress_epoch(
+                self.spark, scan, rows, ingress[spec.index], cache, trace
+            )
+            flows[id(scan.node)] = flow
             if trace is not None:  # the input's keyed CTIs (made after trace.ingress)
-                trace.input_flow(b.spec, flow)
+                trace.input_flow(spec, flow)
         return flows, ingress, ordering
 
     def _take_ahead(self, epoch: tuple, cache: EpochCache) -> tuple | None:
@@ -996,6 +742,71 @@ class _Ahead:
         release_checkpoints(self.made)
 
 
+# -- executors: one per physical node type ---------------------------------------------------
+# Each takes its physical node, its input flows (in the logical node's child order), the state
+# it left in the last epoch (None before the first) and the epoch's cache, and returns its
+# output flow and its state after the epoch (None for an operator without state).
+
+
+def _run_where(step: WhereStep, inputs: list[Flow], _: Any, cache: EpochCache) -> tuple:
+    return where(inputs[0], step.node.condition), None
+
+
+def _run_select(step: SelectStep, inputs: list[Flow], _: Any, cache: EpochCache) -> tuple:
+    return select(inputs[0], step.node.columns), None
+
+
+def _run_merge(step: MergeStep, inputs: list[Flow], _: Any, cache: EpochCache) -> tuple:
+    return inputs[0].merged(), None
+
+
+def _run_lifetime(step: LifetimeStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    node = step.node
+    return alter_lifetime(
+        inputs[0],
+        shift=node.shift,
+        start_fn=node.start_fn,
+        duration=node.duration,
+        state=st or LifetimeState(),
+        cache=cache,
+    )
+
+
+def _run_window(step: WindowStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    return window_aggregate(inputs[0], step.spec, st or WindowState(), cache)
+
+
+def _run_snapshot(step: SnapshotStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    node = step.node
+    return snapshot_aggregate(inputs[0], node.keys, node.aggregates, st or SnapshotState(), cache)
+
+
+def _run_join(step: JoinStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    return join(inputs[0], inputs[1], step, st or JoinState(), cache)
+
+
+def _run_anti_join(step: AntiJoinStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    return anti_join(inputs[0], inputs[1], step.node.on, st or AntiJoinState(), cache)
+
+
+def _run_union(step: UnionStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    return union(inputs, st or UnionState.initial(len(step.node.inputs)), cache)
+
+
+#: physical node type -> its executor (engine.physical.plan makes the nodes)
+_EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]] = {
+    WhereStep: _run_where,
+    SelectStep: _run_select,
+    MergeStep: _run_merge,
+    LifetimeStep: _run_lifetime,
+    WindowStep: _run_window,
+    SnapshotStep: _run_snapshot,
+    JoinStep: _run_join,
+    AntiJoinStep: _run_anti_join,
+    UnionStep: _run_union,
+}
+
+
 def _undelivered(first: int, items: list, delivered: int | None) -> tuple[int, list] | None:
     """What an output holding ``delivered`` items lacks of an epoch whose ``items`` are the
     query's output items numbered from ``first`` (semantics §9): the number of the first item
@@ -1006,82 +817,6 @@ def _undelivered(first: int, items: list, delivered: int | None) -> tuple[int, l
     if skip and skip >= len(items):
         return None
     return first + skip, items[skip:]
-
-
-def _check_output(name: str, output: OutputAdapter) -> None:
-    """Refuse, when the query is built and with the fix, an output adapter that would receive
-    items it holds again or fail mid-run: one that defines ``delivered_through()`` (progress per
-    epoch) instead of :meth:`OutputAdapter.progress`, or whose ``deliver`` takes no ``first``."""
-    kind = type(output)
-    if hasattr(kind, "delivered_through") and kind.progress is OutputAdapter.progress:
-        raise QueryBuildError(
-            f"query {name!r}: {kind.__name__} defines delivered_through(), which the engine does "
-            "not call; expected progress() -> int or None, how many of the query's output "
-            "items the output holds (output progress is tracked per item: an epoch that failed "
-            "part-way is completed after a restart). Fix: rename it to progress(), record "
-            "first + len(items) with what deliver(epoch, items, first) writes, and return it"
-        )
-    try:
-        inspect.signature(output.deliver).bind(0, [], 0)
-    except TypeError:
-        raise QueryBuildError(
-            f"query {name!r}: {kind.__name__}.deliver does not take (epoch, items, first); "
-            "expected deliver(epoch, items, first) as ctistream.OutputAdapter declares it, "
-            "first being the number of items[0] among the query's output items. Fix: add the "
-            "parameter 'first'; an adapter that records progress records first + len(items) "
-            "and returns it from progress()"
-        ) from None
-
-
-def _check_read_batches(name: str, adapter: InputAdapter) -> None:
-    """An adapter's own ``read_batches`` must take ``until`` (the engine passes it on every
-    read): fail when the query is built, not on an executor mid-run."""
-    if "until" in inspect.signature(adapter.read_batches).parameters:
-        return
-    raise QueryBuildError(
-        f"input {name!r}: {type(adapter).__name__}.read_batches(partition, start_offset, "
-        "payload) does not take the keyword 'until'; expected read_batches(partition, "
-        "start_offset, payload, until=None), as ctistream.InputAdapter declares it. Fix: "
-        "add 'until=None' to the override and pass it on to super().read_batches (or stop "
-        "after the first item stamped at or after it)"
-    )
-
-
-def _read_for_lifetimes(root: Node) -> set[int]:
-    """The ids of the nodes whose output only windows read: a window's results depend on its
-    events' lifetimes, not on whether one came as an interval or as a START and an END edge."""
-    readers: dict[int, list[Node]] = {}
-    for node in walk(root):
-        for child in node.children():
-            readers.setdefault(id(child), []).append(node)
-    return {i for i, by in readers.items() if all(isinstance(n, WindowNode) for n in by)}
-
-
-def _windows_over_joins(root: Node) -> dict[int, WindowSpec]:
-    """Per join that a window alone reads (by id), that window's spec."""
-    readers = Counter(id(c) for n in walk(root) for c in n.children())
-    return {
-        id(n.child): WindowSpec(n.size, n.hop, n.keys, n.aggregates, n.point_at_end)
-        for n in walk(root)
-        if isinstance(n, WindowNode) and isinstance(n.child, JoinNode) and readers[id(n.child)] == 1
-    }
-
-
-def _points(node: Node) -> bool:
-    """Whether every event of ``node``'s output is a point (lifetime ``[s, s + 1)``): a point
-    input, through filters, projections and merges (time untouched; ingress drops a point that
-    breaks a CTI, never adjusts it, and arrival-time policies keep points points)."""
-    if isinstance(node, InputNode):  # versions are read as points and made edges
-        return node.shape is EventShape.POINT and node.versions is None
-    if isinstance(node, WhereNode | SelectNode | MergeNode):
-        return _points(node.child)
-    return False
-
-
-def _joins_below(node: Node) -> bool:
-    """Whether a join or anti-join is at or below ``node``: its pairs may end by the CTI of a
-    side, so its keyed CTIs do not enter a join (docs/decisions.md, "Per-key CTIs")."""
-    return any(isinstance(n, JoinNode | AntiJoinNode) for n in walk(node))
 
 
 def _held_warnings(

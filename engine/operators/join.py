@@ -27,7 +27,7 @@ unknown are among them. It shrinks as the CTIs advance.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,6 @@ from ctistream.engine.operators.window import (
     _LATEST,
     _WS,
     PushedWindow,
-    WindowSpec,
     _bytewise,
     merge_pushed,
     push_window,
@@ -80,6 +79,9 @@ from pyspark.sql.types import (
     StructField,
     StructType,
 )
+
+if TYPE_CHECKING:
+    from ctistream.engine.physical import JoinStep
 
 __all__ = ["JoinState", "join", "output_columns"]
 
@@ -624,25 +626,20 @@ def _chunk_rows(p: _Pairing, L: _Side, R: _Side, li: np.ndarray, ri: np.ndarray)
 
 
 def join(
-    left: Flow,
-    right: Flow,
-    on: tuple[str, ...],
-    state: JoinState,
-    cache: EpochCache,
-    keyed_sides: tuple[bool, bool] = (True, True),
-    intervals: bool = False,
-    window: WindowSpec | None = None,
-    points: tuple[bool, bool] = (False, False),
+    left: Flow, right: Flow, step: JoinStep, state: JoinState, cache: EpochCache
 ) -> tuple[Flow, JoinState]:
-    """``keyed_sides``: whether each side's keyed CTIs may be used (docs/decisions.md,
+    """The temporal equi-join of ``left`` and ``right`` on ``step.node.on`` (semantics §5), with
+    the choices of its physical node ``step`` (:class:`engine.physical.JoinStep`).
+
+    ``keyed_sides``: whether each side's keyed CTIs may be used (docs/decisions.md,
     "Per-key CTIs": not from a side with a join below it, whose pairs end by that side's CTI).
-    ``intervals``: the output is read only for its events' lifetimes (by a window), so a pair
-    whose end becomes known in the epoch it forms in leaves as one interval where it forms, not
-    as a START edge there and an END edge where its end became known (docs/decisions.md).
-    ``window``: with ``intervals``, the window that alone reads the output: where
+    ``lifetimes_only``: the output is read only for its events' lifetimes (by a window), so a
+    pair whose end becomes known in the epoch it forms in leaves as one interval where it forms,
+    not as a START edge there and an END edge where its end became known (docs/decisions.md).
+    ``window``: with ``lifetimes_only``, the window that alone reads the output: where
     :func:`push_window` takes its aggregates over the output's columns and the output has no
     substreams, the join hands it those intervals as partial aggregates (``Flow.partials``).
-    ``points``: whether every event of each side is a point. With ``intervals``, one side of
+    ``points``: whether every event of each side is a point. With ``lifetimes_only``, one side of
     points and no substreams, a pair whose end is not known yet leaves nothing; it leaves as
     one interval in the epoch its end becomes known, so the output has no edges. Such a pair
     is a point ``[s, s + 1)``: every window it overlaps ends at ``s + 1`` or later, which the
@@ -650,6 +647,8 @@ def join(
     ``s + 1``, which makes the pair's end known: no window completes without it."""
     from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
+    on, keyed_sides, intervals = step.node.on, step.keyed_sides, step.lifetimes_only
+    window, points = step.window, step.points
     pl = [c for c in left.events.columns if c not in HEADER]
     pr = [c for c in right.events.columns if c not in HEADER]
     names = output_columns(pl, pr)

@@ -27,6 +27,7 @@ from ctistream.engine import (
     point,
 )
 from ctistream.engine import ingress as ingress_module
+from ctistream.engine import physical as physical_module
 from ctistream.engine import runtime as runtime_module
 from ctistream.engine.operators import join as join_operator
 from hypothesis import given, settings
@@ -723,9 +724,9 @@ def test_a_window_aggregated_in_its_inputs_scan_matches_the_reference(
     # than their events arrive in. Intervals (adjusted here) may end at +inf, so they are not
     # counted in the scan (docs/decisions.md, "Windows"): the same scenario runs in Spark.
     pushed = []
-    real = runtime_module.push_window
+    real = physical_module.push_window
     monkeypatch.setattr(
-        runtime_module, "push_window", lambda *a: pushed.append(real(*a)) or pushed[-1]
+        physical_module, "push_window", lambda *a: pushed.append(real(*a)) or pushed[-1]
     )
     script = EventScript()
     times = [3, 1, 7, 12, 4, 15, 9, 21, 18, 14, 26, 24, 31]

@@ -57,7 +57,7 @@ def _run(app, stream: Stream, epochs, trace: bool = False):
     query, sink = _query(app, stream)
     try:
         query.run(epochs=epochs, trace=trace)
-        pushed = bool(query._runtime._pushed)
+        pushed = any(s.pushed is not None for s in query._runtime.physical.scans)
         return MemoryOutputFactory.collected(sink), pushed, query.metrics()["a"]
     finally:
         app.queries.pop(sink, None)
@@ -220,7 +220,7 @@ def test_which_windows_are_aggregated_in_the_scan(app, case, pushed):
         )
     query, sink = _query(app, out)
     try:
-        assert bool(query._runtime._pushed) is pushed
+        assert any(s.pushed is not None for s in query._runtime.physical.scans) is pushed
     finally:
         app.queries.pop(sink, None)
 
