@@ -369,7 +369,8 @@ def measure(side, broker: TansuBroker, source: str, sink: str, args) -> Measured
     reader = ctx.Process(target=consume, args=(broker.bootstrap, sink, got_q, halt))
     reader.start()
     side.start()
-    while side.done() < side.warm:
+    started = time.time()
+    while side.done() < side.warm and time.time() < started + 120:
         time.sleep(0.05)
     warm = side.done()
     t_start = time.time()
