@@ -373,7 +373,6 @@ def measure(side, broker: TansuBroker, source: str, sink: str, args) -> Measured
     while side.done() < side.warm and time.time() < started + 120:
         time.sleep(0.05)
     warm = side.done()
-    t_start = time.time()
     writer = ctx.Process(
         target=produce,
         args=(broker.bootstrap, source, args.rate, args.seconds, args.linger_ms, sent_q),
@@ -412,7 +411,7 @@ def measure(side, broker: TansuBroker, source: str, sink: str, args) -> Measured
     reader.join()
     record.warm = warm
     assert sent is not None
-    t_measured = t_start + args.warmup
+    t_measured = min(sent.values()) + args.warmup  # from the first event enqueued
     if args.scenario == "pass":
         measured = [n for n in sent if sent[n] >= t_measured and n < max(sent)]
         lat = sorted(got[n] - sent[n] for n in measured if n in got)
@@ -444,7 +443,7 @@ def report(m: Measured, args) -> None:
             f"  latency s: p50 {pct(lat, 0.5):.3f}  p90 {pct(lat, 0.9):.3f}  "
             f"p99 {pct(lat, 0.99):.3f}  max {lat[-1]:.3f}"
         )
-    step = "epochs" if s.label == "engine" else "micro-batches"
+    step, one = ("epochs", "epoch") if s.label == "engine" else ("micro-batches", "micro-batch")
     whole, own = s.steps[s.warm :], s.own[s.warm :]
     if whole and own:
         own_label = "the epoch alone" if s.label == "engine" else "addBatch"
@@ -455,7 +454,7 @@ def report(m: Measured, args) -> None:
             f"producing: {', '.join(f'{x:.2f}' for x in s.steps[: s.warm])} s)"
         )
     if s.jobs is not None:
-        print(f"  Spark jobs per {step[:-1]} while producing: {steady(s.jobs, s.warm)}")
+        print(f"  Spark jobs per {one} while producing: {steady(s.jobs, s.warm)}")
     if m.heap:
         mb = [b / 2**20 for b in m.heap]
         tenth = max(1, len(mb) // 10)
