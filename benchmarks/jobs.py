@@ -68,5 +68,5 @@ def steady(count: JobCount, warm: int = 1) -> str:
     rest = counts[warm:]
     others = f"; {count.others()} jobs of other groups ran meanwhile" if count.others() else ""
     if not rest:
-        return f"only {len(counts)} ({first}{others})"
+        return f"no steady one ({first}{others})"
     return f"median {statistics.median(rest):g}, max {max(rest)} over {len(rest)} ({first}{others})"
