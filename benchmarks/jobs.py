@@ -5,7 +5,9 @@ query's jobs (its ``foreachBatch`` function's too) in the group named by the que
 engine sets none, so its jobs run in the group of the thread that runs it (none, or the one the
 benchmark sets). :class:`JobCount` takes the SparkContext's status tracker's job ids of one
 group at each mark (the end of an epoch or batch) and keeps how many are new. Counting reads what
-Spark records anyway and runs no job.
+Spark records anyway and runs no job. Job ids are numbered across groups in the order jobs start,
+so :meth:`JobCount.others` tells whether a job of another group ran between the counted ones
+(the benchmarks print it when one did: the count would then miss jobs the run started).
 
 The tracker keeps the last ``spark.ui.retainedJobs`` jobs (50 in the engine's lean session): a
 count is exact while fewer jobs run between two marks.
