@@ -27,6 +27,7 @@ from ctistream.engine import (
 )
 from pyspark.sql import functions as F
 
+from benchmarks.jobs import JobCount
 from benchmarks.one_partition import OnePartitionFileFactory
 from benchmarks.sink import CountingConfig, CountingFactory
 
@@ -42,6 +43,7 @@ class Result:
     kept: list = field(default_factory=list)  # (window start ticks, key, value) when asked
     epoch_seconds: list[float] = field(default_factory=list)  # wall time of each epoch
     dropped: int = 0
+    jobs: JobCount | None = None  # the Spark jobs of each epoch (batch)
 
 
 def data_stream(meta: dict, partitions: str) -> Stream:
@@ -79,7 +81,28 @@ def ref_stream(meta: dict) -> Stream:
 def run(
     app: Application, which: str, meta: dict, name: str, partitions: str = "one", keep: bool = False
 ) -> Result:
-    """Build and run B1, B2 or P as query ``name`` of ``app``; time it from binding to the end."""
+    """Build and run B1, B2 or P as query ``name`` of ``app``; time it from binding to the end.
+
+    The run's Spark jobs run in job group ``name`` (set on this thread; the engine's read-ahead
+    thread inherits it) and are counted at the end of each epoch's delivery."""
+    sc = app.spark.sparkContext
+    sc.setJobGroup(name, "benchmark: the engine side")
+    jobs = JobCount(sc, name, since=-1)
+    try:
+        return _run(app, which, meta, name, partitions, keep, jobs)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+
+def _run(
+    app: Application,
+    which: str,
+    meta: dict,
+    name: str,
+    partitions: str,
+    keep: bool,
+    jobs: JobCount,
+) -> Result:
     t0 = time.perf_counter()
     data = data_stream(meta, partitions)
     cuts = meta["cuts"]
@@ -97,7 +120,8 @@ def run(
         )
         value = "avg_v"
     sink = CountingFactory()
-    query = out.to_query(app, name, sink, CountingConfig(value, keep), EventShape.INTERVAL)
+    config = CountingConfig(value, keep, jobs.mark)
+    query = out.to_query(app, name, sink, config, EventShape.INTERVAL)
     t_run = time.perf_counter()
     if cuts is None:
         query.run()
@@ -114,4 +138,5 @@ def run(
         kept=counted.kept,
         epoch_seconds=[b - a for a, b in itertools.pairwise(marks)],
         dropped=query.metrics()[DATA]["dropped"],
+        jobs=jobs,
     )

@@ -5,7 +5,8 @@ B1: ``readStream`` of the data directory, one file per micro-batch (``maxFilesPe
 append mode, trigger ``availableNow``. B2: the same stream joined (stream-static) with the
 reference's latest value per key, then ``window("start", "1 minute", "10 seconds")`` and ``avg(v)``.
 P: the stream as read, no watermark, to the sink. The sink is ``foreachBatch``, which counts the
-rows (and collects them when asked).
+rows (and collects them when asked) and counts the batch's Spark jobs (the query's job
+group).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from benchmarks.engine_side import Result
+from benchmarks.jobs import JobCount
 
 DATA_SCHEMA = "key bigint, v double, start timestamp, arrival timestamp"
 TICKS = 1_000_000  # per second
@@ -54,6 +56,7 @@ def query(spark: SparkSession, which: str, meta: dict) -> tuple[DataFrame, str]:
 def run(spark: SparkSession, which: str, meta: dict, name: str, keep: bool = False) -> Result:
     """Run B1 or B2 to the end of the files (availableNow); time it from start to termination."""
     result = Result(rows=0, seconds=0.0, batches=0)
+    jobs: list[JobCount] = []  # of the query's job group, made in its first batch
 
     def sink(batch: DataFrame, batch_id: int) -> None:
         result.batches += 1
@@ -65,6 +68,9 @@ def run(spark: SparkSession, which: str, meta: dict, name: str, keep: bool = Fal
             result.rows += len(rows)
         else:
             result.rows += batch.count()
+        if not jobs:
+            jobs.append(JobCount.of_current_thread(spark.sparkContext))
+        jobs[0].mark()
 
     with tempfile.TemporaryDirectory(prefix=f"native-{name}-") as checkpoint:
         t0 = time.perf_counter()
@@ -81,6 +87,7 @@ def run(spark: SparkSession, which: str, meta: dict, name: str, keep: bool = Fal
         q.awaitTermination()
         result.seconds = time.perf_counter() - t0
         result.epoch_seconds = [b - a for a, b in itertools.pairwise(marks)]
+        result.jobs = jobs[0] if jobs else None
         result.dropped = sum(
             op.get("numRowsDroppedByWatermark", 0)
             for p in q.recentProgress

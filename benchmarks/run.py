@@ -11,7 +11,9 @@ plain run holds in memory as the input grows.
 Generates the data if missing (under ``--cache``), then in one process with one SparkSession runs
 the engine query and the native query over the same files, alternating which goes first over
 ``--reps`` repetitions, and prints wall time, throughput, ratio (engine events/s over native
-events/s, same repetition) and rows out; then compares the two sides' window results.
+events/s, same repetition) and rows out; then compares the two sides' window results, and
+prints each side's Spark jobs per steady epoch (engine) or micro-batch (native): the median and
+the largest count over the epochs after the first, in the last repetition (see :mod:`.jobs`).
 ``--memory`` runs every (size, benchmark, side) in a fresh subprocess instead and reports the
 peak RSS of its whole process tree (driver, JVM, Python workers), sampled every 0.2 s, and the
 peak PSS (forked Python workers share pages, which RSS counts once per process), and the
@@ -56,7 +58,7 @@ from pathlib import Path
 
 from ctistream.engine.temporal import format_ticks
 
-from benchmarks import data, engine_side, memory, native
+from benchmarks import data, engine_side, jobs, memory, native
 from benchmarks.engine_side import Result
 
 SIDES = ("engine", "native")
@@ -158,6 +160,12 @@ def side_by_side(args: argparse.Namespace) -> None:
             print(f"{which} engine seconds per epoch (last rep; 1st includes reading): {epochs}")
             epochs = ", ".join(f"{s:.1f}" for s in last["native"].epoch_seconds)
             print(f"{which} native seconds per batch (last rep): {epochs}")
+            for side in SIDES:
+                per = "epoch" if side == "engine" else "micro-batch"
+                print(
+                    f"{which} {side} Spark jobs per steady {per} (last rep): "
+                    f"{jobs.steady(last[side].jobs) if last[side].jobs else 'not counted'}"
+                )
     print_table(rows)
 
 

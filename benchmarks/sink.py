@@ -1,12 +1,13 @@
 """A counting output adapter: counts what each epoch delivers and when it was delivered.
 
-``keep=True`` also keeps ``(start, key, value)`` of every event, for comparing results.
+``keep=True`` also keeps ``(start, key, value)`` of every event, for comparing results;
+``on_deliver`` is called at the end of each delivery (the benchmarks count Spark jobs there).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -18,6 +19,7 @@ from ctistream.engine.events import Event, EventShape
 class CountingConfig:
     value: str | None = None  # the payload column to keep next to start and key
     keep: bool = False
+    on_deliver: Callable[[], None] | None = None  # called after each deliver (counting jobs)
 
 
 class CountingOutput(OutputAdapter):
@@ -39,6 +41,8 @@ class CountingOutput(OutputAdapter):
             self.events += 1
             if self.config.keep:
                 self.kept.append((e.start, e.payload["key"], e.payload[self.config.value]))
+        if self.config.on_deliver is not None:
+            self.config.on_deliver()
 
 
 class CountingFactory(OutputAdapterFactory[CountingConfig]):
