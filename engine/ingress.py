@@ -34,6 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 from ctistream.engine._spark import settle_worker
+from ctistream.engine.ctis import keyed_rises, min_of_latest, risen
 from ctistream.engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import EdgeType, Event, EventKind
 from ctistream.engine.operators.window import PushedWindow, _bytewise, merge_pushed, pushed_partials
@@ -51,9 +52,7 @@ from ctistream.engine.rows import (
     EpochCache,
     Flow,
     checkpoint,
-    keyed_rises,
     local_frame,
-    min_of_latest,
     pos_literal,
     same_value,
     sql_names,
@@ -308,7 +307,7 @@ def ingress_epoch(
     if trace is not None:  # engine.trace.Trace: opt-in, records the epoch for the timeline
         trace.ingress(spec, a, events, ctis)
     # the epoch's CTIs rise above the input's CTI before it, the last to its CTI after it
-    latest = new_state.emitted if new_state.emitted > state.emitted else MIN_TIME
+    latest = risen(new_state.emitted, state.emitted)
     over = spec.ordering.over if spec.ordering is not None else None
     if over is None:
         flow = Flow(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ctistream.engine.ctis import min_of_latest
 from ctistream.engine.operators.join import (
     _AT,
     _CLOSED,
@@ -45,7 +46,6 @@ from ctistream.engine.rows import (
     EpochCache,
     Flow,
     hold,
-    min_of_latest,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import Column, DataFrame, Window

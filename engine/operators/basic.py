@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ctistream.engine.ctis import keyed_min_of_latest, min_of_latest, risen
 from ctistream.engine.rows import (
     CTI,
     HEADER,
     EpochCache,
     Flow,
     keyed_inputs,
-    keyed_min_of_latest,
-    min_of_latest,
     payload_columns,
 )
 from ctistream.engine.temporal import MIN_TIME
@@ -78,7 +77,7 @@ def union(flows: Sequence[Flow], state: UnionState, cache: EpochCache) -> tuple[
         latest[row["__g"]] = max(latest[row["__g"]], row["m"])
     ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
     edges = any(f.edges for f in flows)
-    rose = min(latest) if min(latest) > state.emitted else MIN_TIME
+    rose = risen(min(latest), state.emitted)
     unbounded = any(f.unbounded for f in flows)
     out = Flow(events.select(*HEADER, *columns), ctis, edges, latest=rose, unbounded=unbounded)
     new_state = UnionState(latest, max(state.emitted, min(latest)))

@@ -31,6 +31,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from ctistream.engine.ctis import (
+    first_at_or_above,
+    first_at_or_above_rows,
+    keyed_min_of_latest,
+    min_of_latest,
+    min_of_latest_on_driver,
+    risen,
+)
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.operators.window import (
     _LATEST,
@@ -57,10 +65,7 @@ from ctistream.engine.rows import (
     checkpoint,
     hold,
     keyed_inputs,
-    keyed_min_of_latest,
     local_ctis,
-    min_of_latest,
-    min_of_latest_on_driver,
     pos_literal,
     same_value,
     sql_names,
@@ -244,7 +249,7 @@ def _search_udf(found: list[tuple[int, tuple]]):
 
     @pandas_udf(_FOUND)  # type: ignore[call-overload]
     def first_at_or_above(v: pd.Series) -> pd.DataFrame:
-        i = np.searchsorted(values, v.to_numpy(), side="left")
+        i = first_at_or_above(values, v.to_numpy())
         j = np.minimum(i, len(values) - 1)
         out = {f.name: a[j] for f, a in zip(POS_TYPE.fields, fields, strict=True)}
         return pd.DataFrame({"ok": i < len(values), **out})
@@ -277,29 +282,9 @@ def _first_cti_at_or_above(
             .withColumn(out, moment.when(F.col("__f.ok"), _moment(at, side, 2)))
             .drop("__f")
         )
-    both = (
-        rows.withColumn("__t", F.col(value))
-        .withColumn("__typ", F.lit(0))
-        .unionByName(
-            ctis.select(
-                F.col(CTI).alias("__t"),
-                F.lit(1).alias("__typ"),
-                _moment(F.col(POS), side, 2).alias("__m"),
-            ),
-            allowMissingColumns=True,
-        )
-    )
-    # The first CTI at or after each row in (value, CTIs after values) order, found as the last
-    # one so far in the reverse order: a running frame, linear (a frame to the end is not).
-    after = Window.orderBy(F.desc("__t"), F.desc("__typ")).rowsBetween(
-        Window.unboundedPreceding, Window.currentRow
-    )
-    found_m = F.last(F.when(F.col("__typ") == 1, F.col("__m")), ignorenulls=True).over(after)
-    return (
-        both.withColumn(out, moment.otherwise(found_m))
-        .filter(F.col("__typ") == 0)
-        .drop("__t", "__typ", "__m")
-    )
+    placed = first_at_or_above_rows(rows.withColumn("__t", F.col(value)), ctis, None, "__fp")
+    found_m = F.when(F.col("__fp").isNotNull(), _moment(F.col("__fp"), side, 2))
+    return placed.withColumn(out, moment.otherwise(found_m)).drop("__t", "__fp")
 
 
 #: pairs formed per chunk of the cross product of one key's events (bounds the function's memory)
@@ -448,7 +433,7 @@ def _first_cti(p: _Pairing, side: int, values: np.ndarray, valid: np.ndarray):
     was (else none in the epoch yet)."""
     ctis = p.values[side]
     old = valid & (values <= p.before[side])
-    i = np.searchsorted(ctis, values, side="left")
+    i = first_at_or_above(ctis, values)
     found = valid & ~old & (i < len(ctis))
     out = np.empty((len(values), 7), dtype=np.int64)
     out[:, :5] = p.positions[side][np.minimum(i, len(ctis) - 1)] if len(ctis) else 0
@@ -803,7 +788,7 @@ def join(
         held_rows=counted,
         packed=big if handed is not None else None,
     )
-    rose = min(latest) if min(latest) > state.emitted else MIN_TIME
+    rose = risen(min(latest), state.emitted)
     out = Flow(events_out, ctis, edges and not defer, latest=rose, partials=partials)
     if key is None:
         return out, new_state
