@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 from ctistream.engine._spark import settle_worker
 from ctistream.engine.ctis import keyed_rises, min_of_latest, risen
+from ctistream.engine.edges import RANK, fifo_pairs, fifo_ranked
 from ctistream.engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import EdgeType, Event, EventKind
 from ctistream.engine.operators.window import PushedWindow, _bytewise, merge_pushed, pushed_partials
@@ -54,7 +55,6 @@ from ctistream.engine.rows import (
     checkpoint,
     local_frame,
     pos_literal,
-    same_value,
     sql_names,
 )
 from ctistream.engine.settings import AdvanceTimePolicy, AdvanceTimeSettings, Versions
@@ -492,12 +492,7 @@ def _match_edges(
         starts = open_edges.unionByName(starts)
     ends = _ends(a, payload)
 
-    starts = starts.withColumn(
-        "__r", F.row_number().over(Window.partitionBy(*key).orderBy("__spos"))
-    )
-    ends = ends.withColumn("__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS)))
-    s, e = starts.alias("s"), ends.alias("e")
-    on = [F.col(f"e.{k}").eqNullSafe(F.col(f"s.{k}")) for k in [*key, "__r"]]
+    s, e, on = fifo_ranked(starts, ends, key, "__spos", POS)
     # one job: the first END edge without an earlier START edge, and how many closed a START
     # edge that was dropped
     j = cache.keep(e.join(s, on, "left"))
@@ -506,11 +501,11 @@ def _match_edges(
         F.col(f"e.{_P}").alias(_P),
         *[F.col(f"e.{k}").alias(k) for k in ["__os", END, *payload]],
     )
-    unmatched = F.col("s.__spos").isNull() | (F.col("s.__spos") > F.col(f"e.{POS}"))
+    unmatched = F.col("o.__spos").isNull() | (F.col("o.__spos") > F.col(f"e.{POS}"))
     found = j.agg(
         F.min_by(first_bad, F.when(unmatched, F.col(f"e.{POS}"))).alias("bad"),
-        F.count(F.when(F.col("s.__sdrop"), 1)).alias("dropped"),
-        F.count(F.when(~F.col("s.__sdrop") & F.col("e.__late"), 1)).alias("adjusted"),
+        F.count(F.when(F.col("o.__sdrop"), 1)).alias("dropped"),
+        F.count(F.when(~F.col("o.__sdrop") & F.col("e.__late"), 1)).alias("adjusted"),
     ).first()
     bad = found["bad"]
     counts = Counter(dropped=found["dropped"], adjusted=found["adjusted"])
@@ -519,22 +514,20 @@ def _match_edges(
     matched = j.select(
         F.lit("INSERT").alias(KIND),
         F.lit("END").alias(EDGE),
-        F.col("s.__as").alias(START),
+        F.col("o.__as").alias(START),
         F.col("e.__ce").alias(END),
         F.col(f"e.{POS}").alias(POS),
-        F.col("s.__sdrop").alias("__sdrop"),
+        F.col("o.__sdrop").alias("__sdrop"),
         *[F.col(f"e.{k}").alias(k) for k in payload],
     )
     closed = matched.filter(~F.col("__sdrop")).drop("__sdrop")
-    used = j.select(*[F.col(f"s.{k}").alias(k) for k in [*key, "__r"]])
+    used = j.select(*[F.col(f"o.{k}").alias(k) for k in [*key, RANK]])
     still_open = checkpoint(
-        starts.alias("s")
-        .join(
+        s.join(
             used.alias("u"),
-            [F.col(f"s.{k}").eqNullSafe(F.col(f"u.{k}")) for k in [*key, "__r"]],
+            [F.col(f"o.{k}").eqNullSafe(F.col(f"u.{k}")) for k in [*key, RANK]],
             "left_anti",
-        )
-        .drop("__r")
+        ).drop(RANK)
     )
     return closed, still_open, counts
 
@@ -751,26 +744,20 @@ def _fifo_pairs(table: pa.Table, payload: list[str]) -> tuple[list, list[int], t
     each (partition, original start, payload), the n-th END edge by position closes the n-th
     START edge, which must come before it. Returns the (END edge, START edge) pairs, the START
     edges left open, and the (position, row) of the first END edge that closes none."""
-    keys = zip(*(table.column(c).to_pylist() for c in [_P, "__os", *payload]), strict=True)
-    spos = table.column("__spos").to_pylist()
-    epos = table.column(POS).to_pylist()
-    opened: dict[tuple, list[tuple[tuple, int]]] = {}
-    closing: dict[tuple, list[tuple[tuple, int]]] = {}
-    for i, (k, s, e) in enumerate(zip(keys, spos, epos, strict=True)):
-        key = tuple(same_value(v) for v in k)
-        if e is None:
-            opened.setdefault(key, []).append((tuple(s.values()), i))
-        else:
-            closing.setdefault(key, []).append((tuple(e.values()), i))
+    keys = list(zip(*(table.column(c).to_pylist() for c in [_P, "__os", *payload]), strict=True))
+    spos = [s and tuple(s.values()) for s in table.column("__spos").to_pylist()]
+    epos = [e and tuple(e.values()) for e in table.column(POS).to_pylist()]
+    opened = [
+        (k, s, i) for i, (k, s, e) in enumerate(zip(keys, spos, epos, strict=True)) if e is None
+    ]
+    closing = [(k, e, i) for i, (k, e) in enumerate(zip(keys, epos, strict=True)) if e is not None]
     bad: tuple[tuple, int] | None = None
     pairs: list[tuple[int, int]] = []
-    for key, es in closing.items():
-        ss = sorted(opened.get(key, []))
-        for n, (at, i) in enumerate(sorted(es)):
-            if n >= len(ss) or ss[n][0] > at:
-                bad = min(bad, (at, i)) if bad is not None else (at, i)
-                continue
-            pairs.append((i, ss[n][1]))
+    for j, i in fifo_pairs(opened, closing):  # (START edge, END edge) row indices
+        if j is None or spos[j] > epos[i]:  # no START edge before it
+            bad = min(bad, (epos[i], i)) if bad is not None else (epos[i], i)
+            continue
+        pairs.append((i, j))
     used = {j for _, j in pairs}
     still = [j for j, e in enumerate(epos) if e is None and j not in used]
     return pairs, still, bad

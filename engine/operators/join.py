@@ -39,6 +39,7 @@ from ctistream.engine.ctis import (
     min_of_latest_on_driver,
     risen,
 )
+from ctistream.engine.edges import fifo_pairs, fifo_ranked
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.operators.window import (
     _LATEST,
@@ -67,7 +68,6 @@ from ctistream.engine.rows import (
     keyed_inputs,
     local_ctis,
     pos_literal,
-    same_value,
     sql_names,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
@@ -169,20 +169,12 @@ def _side_events(
         # not kept: selections over the input's rows (kept upstream) and the held ones
         return events.withColumn(_CLOSED_NOW, F.lit(False))
 
-    ends = flow.events.filter(edge == "END").select(START, END, POS, *payload)
     key = [START, *payload]
-    opened = events.withColumn(
-        "__r",
-        F.when(F.col(_OPEN), F.row_number().over(Window.partitionBy(_OPEN, *key).orderBy(_AT))),
+    ends = flow.events.filter(edge == "END").select(
+        *key, F.col(END).alias("__e_end"), F.col(POS).alias("__e_pos")
     )
-    ends = ends.withColumn("__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS)))
-    o, e = opened.alias("o"), ends.alias("e")
-    on = [F.col(f"o.{k}").eqNullSafe(F.col(f"e.{k}")) for k in [*key, "__r"]]
-    joined = o.join(
-        e.select(*key, "__r", F.col(END).alias("__e_end"), F.col(POS).alias("__e_pos")).alias("e"),
-        on,
-        "left",
-    )
+    o, e, on = fifo_ranked(events, ends, key, _AT, "__e_pos", only=_OPEN)
+    joined = o.join(e, on, "left")
     closed = F.col("e.__e_end").isNotNull()
     keep = [c for c in events.columns if c not in (END, _OPEN, _CLOSED)]
     return cache.keep(
@@ -865,13 +857,12 @@ def _collected_closing(
     table, found = _collected(rows, tagged, state.latest, limit)
     if table is None:
         return None, found, None
-    events, ends = [], {}
+    events, ends = [], []
     for r in table.to_pylist():
-        key = (r[START], *(same_value(r[c]) for c in payload))
         if r["__src"] == 0:
             events.append(r | {"__new": False, _CLOSED_NOW: False})
         elif r[EDGE] == "END":
-            ends.setdefault(key, []).append(r)
+            ends.append(((r[START], *(r[c] for c in payload)), tuple(r["__np"].values()), r))
         else:
             at = {"pos": r["__np"], "side": side, "k": 0}
             opened = r[EDGE] == "START"
@@ -880,14 +871,9 @@ def _collected_closing(
                 | {_CLOSED: None if opened else at, "__new": True, _CLOSED_NOW: False}
                 | {c: r[c] for c in payload}
             )
-    opens: dict = {}
-    for e in events:
-        if e[_OPEN]:
-            opens.setdefault((e[START], *(same_value(e[c]) for c in payload)), []).append(e)
-    for key, closing in ends.items():
-        waiting = sorted(opens.get(key, []), key=lambda e: _moment_key(e[_AT]))
-        closing = sorted(closing, key=lambda r: tuple(r["__np"].values()))
-        for e, end in zip(waiting, closing, strict=False):  # an END edge may close none
+    opens = (((e[START], *(e[c] for c in payload)), _moment_key(e[_AT]), e) for e in events)
+    for e, end in fifo_pairs((o for o in opens if o[2][_OPEN]), ends):
+        if e is not None:  # an END edge may close none
             e[END], e[_OPEN], e[_CLOSED_NOW] = end[END], False, True
             e[_CLOSED] = {"pos": end["__np"], "side": side, "k": 1}
     pos = table.schema.field("__np").type

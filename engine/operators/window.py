@@ -47,6 +47,7 @@ from typing import Any
 
 from ctistream.engine._model import Choice
 from ctistream.engine.ctis import first_at_or_above_rows, keyed_rises, risen, rising_rows
+from ctistream.engine.edges import fifo_ranked
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.exact import (
     MOMENTS,
@@ -72,7 +73,7 @@ from ctistream.engine.rows import (
     sql_names,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, duration_text
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -217,16 +218,13 @@ class WindowState:
 
 
 def close_edges(events: DataFrame, ends: DataFrame, payload: list[str]) -> DataFrame:
-    """Give each END edge's end to the oldest open identical START edge (FIFO by position). Only
-    the open edges are ranked and joined: the other events pass by."""
+    """Give each END edge's end to the oldest open identical START edge (FIFO by position,
+    :func:`engine.edges.fifo_ranked`). Only the open edges are ranked and joined: the other
+    events pass by."""
     key = [START, *payload]
-    opened = events.filter(F.col(_OPEN)).withColumn(
-        "__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS))
-    )
-    ends = ends.withColumn("__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS)))
-    o, e = opened.alias("o"), ends.alias("e")
-    on = [F.col(f"o.{k}").eqNullSafe(F.col(f"e.{k}")) for k in [*key, "__r"]]
-    joined = o.join(e.select(*key, "__r", F.col(END).alias("__new_end")).alias("e"), on, "left")
+    ends = ends.select(*key, POS, F.col(END).alias("__new_end"))
+    o, e, on = fifo_ranked(events.filter(F.col(_OPEN)), ends, key, POS, POS)
+    joined = o.join(e, on, "left")
     closed = F.col("e.__new_end").isNotNull()
     return events.filter(~F.col(_OPEN)).unionByName(
         joined.select(
