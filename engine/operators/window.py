@@ -154,9 +154,10 @@ class WindowSpec:
         return x + np.mod(self.hop - np.mod(x, self.hop), self.hop), inside
 
     def last_before(self, end: Any) -> Any:
-        """The start of the last grid window that a lifetime ending at ``end`` overlaps (the
-        last ``ws <= end - 1``), at most :attr:`last_ws`; ``int`` or numpy int64 array.
-        :meth:`last_before_sql` is the same rule in Spark."""
+        """The bound on the starts of the windows a lifetime ending at ``end`` overlaps: its last
+        tick ``end - 1`` (a window overlaps it when ``ws <= end - 1``), at most
+        :attr:`last_ws`; ``int`` or numpy int64 array. :meth:`last_before_sql` is the same rule
+        in Spark."""
         import numpy as np
 
         return np.minimum(np.maximum(end, MIN_TIME + 1) - 1, self.last_ws)
