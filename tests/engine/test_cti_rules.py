@@ -259,30 +259,24 @@ GRID_TIMES = [
 SPECS = [(10, 10), (10, 3), (1, 1), (7, 5), (3, 10)]
 
 
-@pytest.mark.parametrize(("size", "hop"), SPECS)
-@pytest.mark.parametrize("point_at_end", [False, True])
-def test_window_grid_in_python_numpy_and_spark_agree(spark, size, hop, point_at_end):
-    spec = WindowSpec(size, hop, (), (), point_at_end)
-    first = [spec.first_open(t) for t in GRID_TIMES]
-    pulled = [spec.pulled(t) for t in GRID_TIMES]
-    last = [int(spec.last_before(t)) for t in GRID_TIMES]
-    ws, inside = spec.first_after(np.array(GRID_TIMES, dtype=np.int64))
-    assert [int(w) if ok else None for w, ok in zip(ws, inside, strict=True)] == first
-    assert spec.last_before(np.array(GRID_TIMES, dtype=np.int64)).tolist() == last
+def test_window_grid_in_python_numpy_and_spark_agree(spark):
+    specs = [WindowSpec(size, hop, (), (), end) for size, hop in SPECS for end in (False, True)]
     rows = spark.createDataFrame([(i, t) for i, t in enumerate(GRID_TIMES)], "i int, t long")
-    got = (
-        rows.selectExpr(
-            "i",
-            f"{spec.first_sql('t')} AS f",
-            f"{spec.pulled_sql('t')} AS p",
-            f"{spec.last_before_sql('t')} AS l",
-        )
-        .orderBy("i")
-        .collect()
-    )
-    assert [r["f"] for r in got] == first
-    assert [r["p"] for r in got] == pulled
-    assert [r["l"] for r in got] == last
+    sql = []
+    for n, spec in enumerate(specs):  # one Spark job for every spec
+        sql += [f"{spec.first_sql('t')} AS f{n}", f"{spec.pulled_sql('t')} AS p{n}"]
+        sql += [f"{spec.last_before_sql('t')} AS l{n}"]
+    got = rows.selectExpr("i", *sql).orderBy("i").collect()
+    times = np.array(GRID_TIMES, dtype=np.int64)
+    for n, spec in enumerate(specs):
+        first = [spec.first_open(t) for t in GRID_TIMES]
+        last = [int(spec.last_before(t)) for t in GRID_TIMES]
+        ws, inside = spec.first_after(times)
+        assert [int(w) if ok else None for w, ok in zip(ws, inside, strict=True)] == first
+        assert spec.last_before(times).tolist() == last
+        assert [r[f"f{n}"] for r in got] == first, spec
+        assert [r[f"p{n}"] for r in got] == [spec.pulled(t) for t in GRID_TIMES], spec
+        assert [r[f"l{n}"] for r in got] == last, spec
 
 
 def test_window_grid_by_hand():
