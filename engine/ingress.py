@@ -52,6 +52,7 @@ from ctistream.engine.rows import (
     START,
     EpochCache,
     Flow,
+    Kind,
     checkpoint,
     local_frame,
     pos_literal,
@@ -201,7 +202,7 @@ def ingress_epoch(
     if imports is not None:
         broadcast.append(
             imports.select(
-                F.lit("BCAST").alias(KIND),
+                F.lit(Kind.BCAST).alias(KIND),
                 F.col(CTI).alias(START),
                 POS,
                 F.lit("import").alias(_SRC),
@@ -210,7 +211,7 @@ def ingress_epoch(
     if flush_at_stop:
         broadcast.append(
             spark.range(1).select(
-                F.lit("BCAST").alias(KIND),
+                F.lit(Kind.BCAST).alias(KIND),
                 F.lit(MAX_TIME).alias(START),
                 _stop_pos(spec.index),
                 F.lit("flush").alias(_SRC),
@@ -263,17 +264,19 @@ def ingress_epoch(
 
     # pushed or packed: the scan handed Spark no events as rows, only the rows that raise the
     # CTI or break it
-    taken = "false" if pushed is not None or packed else f"{KIND} = 'INSERT' AND NOT __drop"
+    taken = "false" if pushed is not None or packed else f"{KIND} = '{Kind.INSERT}' AND NOT __drop"
     events = a.filter(f"{taken} AND NOT ({EDGE} <=> 'END')").selectExpr(
         KIND, EDGE, f"CASE WHEN __adj THEN __cb ELSE {START} END AS {START}", END, POS, *quoted
     )
     packs = None
     if packed:
-        packs = a.filter(f"{KIND} = 'PACKED'").select(ARROW)
+        packs = a.filter(f"{KIND} = '{Kind.PACKED}'").select(ARROW)
         events = unpacked(packs, events.schema)
     partials = None
     if pushed is not None:
-        partials = a.filter(f"{KIND} = 'PARTIAL'").select(*pushed.keys, *pushed.fields.fieldNames())
+        partials = a.filter(f"{KIND} = '{Kind.PARTIAL}'").select(
+            *pushed.keys, *pushed.fields.fieldNames()
+        )
     # an event row per inserted item at most (an END edge's row closes its START edge's)
     rows = new_state.counts["events_in"] - state.counts["events_in"]
     if spec.edges:
@@ -373,7 +376,7 @@ def _key_candidates(
     ``wm(q, k)`` -inf where q has not seen ``k``. Every later event of ``k`` in ``q`` starts at or
     above both (§7 moves or drops the ones below the watermark, §3 those below the CTI)."""
     over = spec.ordering.over
-    marks = a.filter(F.col(KIND) == "KWM")
+    marks = a.filter(F.col(KIND) == Kind.KWM)
     n = len(spec.partitions)
     if n == 1:
         return marks.select(
@@ -414,7 +417,7 @@ def _collect_state(
     """One small job over the scan's own summary rows (``STATE``, one per source partition that
     had items this epoch): per partition, the state after the epoch and the epoch's counts; and
     the positions of the epoch's first CTI violation and of its first malformed record."""
-    rows = a.filter(f"{KIND} = 'STATE'").collect()
+    rows = a.filter(f"{KIND} = '{Kind.STATE}'").collect()
     parts = [replace(s) for s in state.partitions]
     counts = Counter(state.counts)
     first: tuple | None = None
@@ -512,7 +515,7 @@ def _match_edges(
     if bad is not None:
         raise _unmatched_end(spec, tuple(bad[POS]), bad[_P], bad["__os"], bad[END], bad)
     matched = j.select(
-        F.lit("INSERT").alias(KIND),
+        F.lit(Kind.INSERT).alias(KIND),
         F.lit("END").alias(EDGE),
         F.col("o.__as").alias(START),
         F.col("e.__ce").alias(END),
@@ -550,7 +553,7 @@ def _close_versions(
     payload = spec.payload
     assert spec.versions is not None
     keys = list(spec.versions.key)
-    rows = a.filter(F.col(KIND) == "INSERT").select(
+    rows = a.filter(F.col(KIND) == Kind.INSERT).select(
         _P,
         F.col(START).alias("__os"),
         F.when(F.col("__adj"), F.col("__cb")).otherwise(F.col(START)).alias("__as"),
@@ -605,7 +608,7 @@ def _close_versions(
         dropped=found["cascade"], adjusted=found["adjusted"], deletes_ignored=found["unknown"]
     )
     closed = j.filter(closes & ~prev["__sdrop"]).select(
-        F.lit("INSERT").alias(KIND),
+        F.lit(Kind.INSERT).alias(KIND),
         F.lit("END").alias(EDGE),
         prev["__as"].alias(START),
         F.col("__ce").alias(END),
@@ -709,7 +712,7 @@ def _edges_on_driver(
     s_rows = pa.array([j for _, j in kept], pa.int64())
     closed = pa.table(
         {
-            KIND: pa.array(["INSERT"] * len(kept), pa.string()),
+            KIND: pa.array([Kind.INSERT] * len(kept), pa.string()),
             EDGE: pa.array(["END"] * len(kept), pa.string()),
             START: pc.take(table.column("__as"), s_rows),
             END: pc.take(table.column("__ce"), e_rows),
@@ -768,7 +771,7 @@ def _ends(a: DataFrame, payload: list[str]) -> DataFrame:
     in force (``__late``) is matched like the others and ends at ``c`` (semantics §3.4: it closes
     its open START edge there, counted as adjusted; it is never dropped while that edge is open).
     """
-    taken = (F.col(KIND) == "INSERT") & (F.col(EDGE) == "END")
+    taken = (F.col(KIND) == Kind.INSERT) & (F.col(EDGE) == "END")
     return a.filter(taken).select(
         _P,
         F.col(START).alias("__os"),
@@ -782,7 +785,7 @@ def _ends(a: DataFrame, payload: list[str]) -> DataFrame:
 
 def _starts(a: DataFrame, payload: list[str]) -> DataFrame:
     """The epoch's START edges as :func:`_match_edges` matches them."""
-    return a.filter((F.col(KIND) == "INSERT") & (F.col(EDGE) == "START")).select(
+    return a.filter((F.col(KIND) == Kind.INSERT) & (F.col(EDGE) == "START")).select(
         _P,
         F.col(START).alias("__os"),
         F.when(F.col("__adj"), F.col("__cb")).otherwise(F.col(START)).alias("__as"),
@@ -912,7 +915,7 @@ def _sequencer(
                 )
             kept = [i for i, name in enumerate(b.schema.names) if name != _SRC]
             schema = pa.schema([b.schema.field(i) for i in kept])
-            stop = _flags(pc.equal(b.column(KIND), "STOP"))
+            stop = _flags(pc.equal(b.column(KIND), Kind.STOP))
             if stop.any():  # where the read stopped (engine.source.raw_batches): not an item
                 last[3] = int(b.column(POS).field("off")[int(np.argmax(stop))].as_py())
                 b = b.filter(pa.array(~stop))
@@ -926,7 +929,8 @@ def _sequencer(
             kind = b.column(KIND)
             is_end = _flags(pc.equal(b.column(EDGE), "END"))
             insert, explicit, bcast, wm, eoi = (
-                _flags(pc.equal(kind, k)) for k in ("INSERT", "CTI", "BCAST", "WM", "EOI")
+                _flags(pc.equal(kind, k))
+                for k in (Kind.INSERT, Kind.CTI, Kind.BCAST, Kind.WM, Kind.EOI)
             )
             start = pc.fill_null(b.column(START), 0).to_numpy(zero_copy_only=False)
             end = pc.fill_null(b.column(END), 0).to_numpy(zero_copy_only=False)
@@ -994,7 +998,7 @@ def _sequencer(
                     totals[k] += int(np.count_nonzero(mask))
             for k, mask in (
                 ("first_violation", viol),
-                ("first_bad", _flags(pc.equal(kind, "BAD"))),
+                ("first_bad", _flags(pc.equal(kind, Kind.BAD))),
             ):
                 if firsts[k] is None and mask.any():
                     firsts[k] = pos.take([int(np.argmax(mask))])
@@ -1044,7 +1048,7 @@ def _sequencer(
         if last[3] is None and last[1] is not None:
             last[3] = last[1] + 1
         row = {f.name: pa.nulls(1, f.type) for f in schema}
-        row[KIND] = pa.array(["STATE"], schema.field(KIND).type)
+        row[KIND] = pa.array([Kind.STATE], schema.field(KIND).type)
         row[_P] = pa.array([carried["part"]], schema.field(_P).type)
         pos_type = schema.field(POS).type
         summary = [
@@ -1077,7 +1081,7 @@ def _version_edges(b: pa.RecordBatch, deleted: str | None) -> pa.RecordBatch:
     a delete below the CTI in force breaks it as a START or an END edge does (§3)."""
     import pyarrow.compute as pc
 
-    insert = pc.fill_null(pc.equal(b.column(KIND), "INSERT"), False)
+    insert = pc.fill_null(pc.equal(b.column(KIND), Kind.INSERT), False)
     gone = pa.nulls(b.num_rows, pa.bool_()).fill_null(False)
     if deleted is not None:
         gone = pc.and_(insert, pc.fill_null(b.column(deleted), False))
@@ -1123,7 +1127,7 @@ def _partial_rows(
     arrow = {"long": pa.int64(), "boolean": pa.bool_()}
     row.update({name: pa.nulls(n, arrow[typ]) for name, typ in _SEQUENCED})
     row[_SUM] = pa.nulls(n, _summary_type(schema.field(POS).type))
-    row[KIND] = pa.array(["PARTIAL"] * n, schema.field(KIND).type)
+    row[KIND] = pa.array([Kind.PARTIAL] * n, schema.field(KIND).type)
     row[_P] = pa.array([part] * n, schema.field(_P).type)
     for name in merged.column_names:
         row[name] = merged.column(name).combine_chunks()
@@ -1139,7 +1143,7 @@ def _packed_rows(
     arrow = {"long": pa.int64(), "boolean": pa.bool_()}
     row.update({name: pa.nulls(n, arrow[typ]) for name, typ in _SEQUENCED})
     row[_SUM] = pa.nulls(n, _summary_type(schema.field(POS).type))
-    row[KIND] = pa.array(["PACKED"] * n, schema.field(KIND).type)
+    row[KIND] = pa.array([Kind.PACKED] * n, schema.field(KIND).type)
     row[_P] = pa.array([part] * n, schema.field(_P).type)
     row[ARROW] = pa.array(values, extra[0].type)
     return pa.RecordBatch.from_arrays(list(row.values()), names=list(row))

@@ -3,8 +3,9 @@ The CTI rules that cross operators live in :mod:`engine.ctis`.
 
 A stream inside one epoch is a pair of DataFrames (:class:`Flow`):
 
-* ``events``: ``__kind``, ``__edge`` (null, ``START`` or ``END``), ``__start``, ``__end`` (int64
-  ticks), ``__pos`` (the arrival position, a struct ordered field by field), then payload columns;
+* ``events``: ``__kind`` (a :class:`Kind`), ``__edge`` (null, ``START`` or ``END``), ``__start``,
+  ``__end`` (int64 ticks), ``__pos`` (the arrival position, a struct ordered field by field),
+  then payload columns;
 * ``ctis``: ``__pos`` and ``__c`` (the CTI value), strictly increasing in both.
 
 CTIs travel as rows, so explicit, imported, generated and pulled-back CTIs all go through the same
@@ -19,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
@@ -40,6 +42,7 @@ __all__ = [
     "Checkpoints",
     "EpochCache",
     "Flow",
+    "Kind",
     "checkpoint",
     "frames",
     "keyed_inputs",
@@ -54,6 +57,37 @@ __all__ = [
 KIND, EDGE, START, END, POS, CTI = "__kind", "__edge", "__start", "__end", "__pos", "__c"
 KEY = "__kk"  # a keyed CTI's substream key value
 HEADER = (KIND, EDGE, START, END, POS)
+
+
+class Kind(StrEnum):
+    """What a row of the engine's frames is: its ``__kind`` tag, every one the engine writes or
+    reads. A string on the wire (``__kind`` is a string column in the raw rows, the Arrow
+    batches of the scan and the held state), so SQL text reads ``f"{KIND} = '{Kind.INSERT}'"``.
+    The first five come from the source (:mod:`engine.source`) and the ingress; the last four
+    carry side data that shares the event frame of one scan or join."""
+
+    #: an event (semantics §1)
+    INSERT = "INSERT"
+    #: an explicit CTI (§2)
+    CTI = "CTI"
+    #: the end of a source partition's input (§3.2, flush_on_stop)
+    EOI = "EOI"
+    #: where a read stopped before a partition's end: not an item, the next read starts there
+    STOP = "STOP"
+    #: a malformed record, which the driver raises once every item before it is taken
+    BAD = "BAD"
+    #: a CTI every partition of an input takes: an imported one (§3.3) or the flush at stop
+    BCAST = "BCAST"
+    #: an arrival-time watermark (§7), and a keyed one (per substream key)
+    WM = "WM"
+    KWM = "KWM"
+    #: side data: a partition's scan state, partial aggregates (engine.operators.window
+    #: PushedWindow), packed events (engine.packed), a join's held events
+    STATE = "STATE"
+    PARTIAL = "PARTIAL"
+    PACKED = "PACKED"
+    HELD = "HELD"
+
 
 #: (arrival, input binding index, offset, partition index, sub-position)
 POS_TYPE = StructType(

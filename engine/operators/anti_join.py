@@ -45,6 +45,7 @@ from ctistream.engine.rows import (
     START,
     EpochCache,
     Flow,
+    Kind,
     hold,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
@@ -161,7 +162,7 @@ def anti_join(
 
     def rows(df: DataFrame, edge: str | None, end: Column, moment: str) -> DataFrame:
         return df.select(
-            F.lit("INSERT").alias(KIND),
+            F.lit(Kind.INSERT).alias(KIND),
             F.lit(edge).cast("string").alias(EDGE),
             F.col("__p").alias(START),
             end.alias(END),

@@ -63,6 +63,7 @@ from ctistream.engine.rows import (
     START,
     EpochCache,
     Flow,
+    Kind,
     checkpoint,
     hold,
     keyed_inputs,
@@ -486,7 +487,7 @@ def _pair_rows(p: _Pairing, lt: Any, rt: Any) -> Any:
         pa.array(edge, pa.int8(), mask=edge == 0), pa.array(["", "START", "END"], pa.string())
     )
     li_, ri_ = pa.array(li), pa.array(ri)
-    arrays = [pa.repeat(pa.scalar("INSERT"), len(li)), edges, pa.array(start), pa.array(end)]
+    arrays = [pa.repeat(pa.scalar(Kind.INSERT), len(li)), edges, pa.array(start), pa.array(end)]
     arrays += [position, *(lt.column(c).take(li_) for c in p.left)]
     arrays += [rt.column(c).take(ri_) for c in p.right]
     fields = list(p.schema)[: len(arrays)]
@@ -518,7 +519,7 @@ def _with_partials(p: _Pairing, rows: Any, edge: np.ndarray, start: Any, end: An
             merged = pa.table({n: pa.nulls(1, merged.schema.field(n).type) for n in names})
     n = merged.num_rows
     partial = {f.name: pa.nulls(n, f.type) for f in p.schema}
-    partial[KIND] = pa.repeat(pa.scalar("PARTIAL"), n).cast(p.schema.field(KIND).type)
+    partial[KIND] = pa.repeat(pa.scalar(Kind.PARTIAL), n).cast(p.schema.field(KIND).type)
     partial[_LATEST] = pa.repeat(pa.scalar(latest, pa.int64()), n)
     partial.update({c: merged.column(c) for c in names})
     edges = rows.filter(~interval)
@@ -734,8 +735,8 @@ def join(
             held_big = packed_frame(rows, rows.columns)
         pairs = _lookup_pairs(pairing, big, small, (left, right)[big].packed, held_big, out_schema)
         events_out = checkpoint(pairs, eager=False)
-        handed = events_out.filter(f"{KIND} = 'HELD'").select(ARROW)
-        events_out = events_out.filter(f"{KIND} <> 'HELD'").drop(ARROW)
+        handed = events_out.filter(f"{KIND} = '{Kind.HELD}'").select(ARROW)
+        events_out = events_out.filter(f"{KIND} <> '{Kind.HELD}'").drop(ARROW)
     else:
         events_out = checkpoint(
             _cogrouped(pairing, [sent(0), sent(1)], keys, key_types, out_schema), eager=False
@@ -744,8 +745,10 @@ def join(
     if pushed is not None:
         names_sql = sql_names([*HEADER, *names])
         partial_names = [*pushed.keys, *pushed.fields.fieldNames(), _LATEST]
-        partials = events_out.filter(f"{KIND} = 'PARTIAL'").selectExpr(*sql_names(partial_names))
-        events_out = events_out.filter(f"{KIND} <> 'PARTIAL'").selectExpr(*names_sql)
+        partials = events_out.filter(f"{KIND} = '{Kind.PARTIAL}'").selectExpr(
+            *sql_names(partial_names)
+        )
+        events_out = events_out.filter(f"{KIND} <> '{Kind.PARTIAL}'").selectExpr(*names_sql)
 
     # CTIs: the minimum of both sides' latest (from the CTIs collected, where they were).
     if big is None:
@@ -986,7 +989,7 @@ def _lookup_pairs(
                 kept = pack(t.filter(pc.greater(t.column(END), after)))
                 if kept:
                     row = {f.name: pa.nulls(len(kept), f.type) for f in schema}
-                    row[KIND] = pa.array(["HELD"] * len(kept), schema.field(KIND).type)
+                    row[KIND] = pa.array([Kind.HELD] * len(kept), schema.field(KIND).type)
                     row[ARROW] = pa.array(kept, pa.binary())
                     yield pa.RecordBatch.from_arrays(list(row.values()), schema=schema)
 

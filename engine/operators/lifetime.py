@@ -42,6 +42,7 @@ from ctistream.engine.rows import (
     START,
     EpochCache,
     Flow,
+    Kind,
     checkpoint,
     hold,
     saturating_sub,
@@ -195,7 +196,7 @@ def _settled(
         at = "least(__cpos, __kpos)"  # least skips a null
     placed = cache.keep(placed.withColumn("__at", F.expr(at)))
     released = placed.filter("__at IS NOT NULL").selectExpr(
-        f"'INSERT' AS {KIND}", f"'START' AS {EDGE}", START, END, f"__at AS {POS}", *cols
+        f"'{Kind.INSERT}' AS {KIND}", f"'START' AS {EDGE}", START, END, f"__at AS {POS}", *cols
     )
     still = hold(placed.filter("__at IS NULL").selectExpr(START, END, POS, _OPEN, *cols))
     return released, still

@@ -68,6 +68,7 @@ from ctistream.engine.rows import (
     START,
     EpochCache,
     Flow,
+    Kind,
     checkpoint,
     hold,
     sql_names,
@@ -720,7 +721,7 @@ def place_results(
         placed = first_at_or_above_rows(placed, keyed.withColumnRenamed(KEY, key), key, "__kpos")
         at = "least(__cpos, __kpos)"
     return placed.filter(f"{at} IS NOT NULL").selectExpr(
-        f"'INSERT' AS {KIND}",
+        f"'{Kind.INSERT}' AS {KIND}",
         f"CAST(NULL AS STRING) AS {EDGE}",
         f"{start} AS {START}",
         f"{end} AS {END}",
