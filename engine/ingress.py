@@ -14,11 +14,11 @@ computes what the spec describes item by item with running counts and maxima in 
   (explicit, generated, imported, flush) and ``ca`` the same after it;
 * the violation check and DROP / ADJUST against ``cb``.
 
-Then, in Spark: END edges matched to their START edges (FIFO per original start and payload; a
-late END edge, ``end < __cb``, closes its START edge at ``__cb``: semantics §3.4), or, for an input
-of versions (:class:`Versions`), each key's open version closed by the key's next row
-(:func:`_close_versions`); and the input's CTI = min over partitions
-(:func:`engine.rows.min_of_latest`).
+Then, in Spark: END edges matched to their START edges (FIFO per original start and payload,
+:mod:`engine.edges`; a late END edge, ``end < __cb``, closes its START edge at ``__cb``: semantics
+§3.4), or, for an input of versions (:class:`Versions`), each key's open version closed by the
+key's next row (:func:`_close_versions`); and the input's CTI = min over partitions
+(:func:`engine.ctis.min_of_latest`).
 
 Per-partition state (count, max start, period, CTI, and the last item taken: where a bounded run's
 next read starts) is carried between epochs on the driver: a handful of numbers per partition,
@@ -144,7 +144,7 @@ class IngressState:
     #: how many rows ``open_edges`` holds, where the driver knows it (it matched them)
     open_rows: int | None = 0
     #: substreams (``over``): per (key, partition) the largest watermark (inputs with several
-    #: partitions), and per key the largest keyed CTI candidate (:func:`engine.rows.keyed_rises`)
+    #: partitions), and per key the largest keyed CTI candidate (:func:`engine.ctis.keyed_rises`)
     key_watermarks: DataFrame | None = None
     key_seen: DataFrame | None = None
     #: the latest arrival stamp the input has taken (a started query raises later stamps to it)

@@ -42,7 +42,7 @@ class UnionState:
 
     latest: list[int]
     emitted: int = MIN_TIME
-    #: substreams: per key the inputs' largest keyed CTIs (:func:`engine.rows.keyed_min_of_latest`)
+    #: substreams: per key the inputs' largest keyed CTIs (:func:`engine.ctis.keyed_min_of_latest`)
     keys: DataFrame | None = None
 
     @classmethod
@@ -56,7 +56,7 @@ def union(flows: Sequence[Flow], state: UnionState, cache: EpochCache) -> tuple[
     CTI rule (§5; the seeds: "Union operators release the older result of the most recent CTIs
     from either side"): output CTI = min over inputs of their latest CTI, emitted when it rises.
     With substreams, a key's output CTI is the minimum over inputs of the key's CTI there
-    (:func:`engine.rows.keyed_min_of_latest`).
+    (:func:`engine.ctis.keyed_min_of_latest`).
     """
     events: DataFrame = flows[0].events
     columns = payload_columns(events)

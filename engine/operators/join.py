@@ -100,7 +100,7 @@ class JoinState:
     held: list[DataFrame | None] = field(default_factory=lambda: [None, None])
     latest: list[int] = field(default_factory=lambda: [MIN_TIME, MIN_TIME])
     emitted: int = MIN_TIME
-    #: substreams: per key the sides' largest keyed CTIs (:func:`engine.rows.keyed_min_of_latest`)
+    #: substreams: per key the sides' largest keyed CTIs (:func:`engine.ctis.keyed_min_of_latest`)
     keys: DataFrame | None = None
     #: per side, how many events ``held`` holds, where the driver knows it
     held_rows: list[int | None] = field(default_factory=lambda: [None, None])

@@ -59,7 +59,7 @@ __all__ = ["LifetimeState", "alter_lifetime"]
 @dataclass
 class LifetimeState:
     """The last CTI the operator emitted; with substreams, per key the largest keyed CTI
-    candidate (:func:`engine.rows.keyed_rises`); with a duration, the START edges held until a
+    candidate (:func:`engine.ctis.keyed_rises`); with a duration, the START edges held until a
     CTI passes their start (``__start``, ``__end``, ``__pos``, ``__open``, payload: as they came,
     before the move); the events dropped so far because their start landed at ``±inf`` (points,
     intervals and START edges; §5). A snapshot written without ``held`` or ``dropped`` loads
