@@ -17,20 +17,23 @@ increasing in both.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import numpy as np
 from ctistream.engine.rows import CTI, KEY, POS, checkpoint, sql_names
 from ctistream.engine.temporal import MIN_TIME
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.window import WindowSpec
 
 __all__ = [
     "first_at_or_above",
     "first_at_or_above_rows",
     "keyed_min_of_latest",
     "keyed_rises",
+    "latest_of",
     "min_of_latest",
     "min_of_latest_on_driver",
     "risen",
@@ -77,6 +80,13 @@ def rising_rows(ctis: DataFrame, emitted: int) -> DataFrame:
 # -- min of latest --------------------------------------------------------------------------------
 
 
+def latest_of(which: Column, value: Column, initial: int, frame: WindowSpec) -> Column:
+    """One source's latest CTI, for the min of latest: the last ``value`` of the rows where
+    ``which`` holds (the source's rows) in the running ``frame``, or ``initial`` (its CTI before
+    the epoch) before its first row."""
+    return F.coalesce(F.last(F.when(which, value), ignorenulls=True).over(frame), F.lit(initial))
+
+
 def min_of_latest(rows: DataFrame, group: str, initial: list[int], emitted: int) -> DataFrame:
     """Merge CTI sources: the minimum over groups of each group's latest CTI (semantics §3.5,
     an input's partitions; §5, union, join, anti-join: "min over inputs of their latest CTI").
@@ -95,13 +105,7 @@ def min_of_latest(rows: DataFrame, group: str, initial: list[int], emitted: int)
         return rows.filter(F.col(CTI) > F.lit(emitted)).select(POS, CTI)
     order = Window.orderBy(POS, group)
     running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    latest = [
-        F.coalesce(
-            F.last(F.when(F.col(group) == g, F.col(CTI)), ignorenulls=True).over(running),
-            F.lit(initial[g]),
-        )
-        for g in range(n)
-    ]
+    latest = [latest_of(F.col(group) == g, F.col(CTI), initial[g], running) for g in range(n)]
     merged = rows.withColumn("__m", F.least(*latest)).withColumn("__next", F.lead(POS).over(order))
     last_of_pos = merged.filter(F.col("__next").isNull() | (F.col("__next") != F.col(POS)))
     return rising_rows(last_of_pos.select(POS, F.col("__m").alias(CTI)), emitted)
@@ -188,8 +192,8 @@ def keyed_min_of_latest(
     # RANGE frames: rows at one position (and of one kind) see each other
     upto = Window.orderBy(POS, "__t").rangeBetween(Window.unboundedPreceding, Window.currentRow)
     for g in range(n):
-        latest = F.last(F.when((F.col("__g") == g) & (F.col("__t") == 0), F.col(CTI)), True)
-        rows = rows.withColumn(f"__l{g}", F.coalesce(latest.over(upto), F.lit(initial[g])))
+        own = (F.col("__g") == g) & (F.col("__t") == 0)
+        rows = rows.withColumn(f"__l{g}", latest_of(own, F.col(CTI), initial[g], upto))
     rows = rows.filter(F.col("__t") == 1)
     if state is not None:
         rows = rows.join(state.withColumnRenamed(CTI, "__seen"), KEY, "left")
@@ -230,11 +234,14 @@ def keyed_min_of_latest(
 # -- the first CTI at or above a time -------------------------------------------------------------
 
 
-def first_at_or_above(values: np.ndarray, times: Any) -> np.ndarray:
+def first_at_or_above(values: Any, times: Any) -> Any:
     """Per time of ``times``, the index in ``values`` (CTIs in increasing order) of the first CTI
     at or above it, ``len(values)`` where none is (semantics §2: what is final at ``t`` is final
-    at the first CTI ``>= t``). On the driver and in Arrow and pandas functions on executors;
+    at the first CTI ``>= t``): ``values`` a numpy array and ``times`` an array (in Arrow and
+    pandas functions on executors), or one ``int`` time in a list (on the driver).
     :func:`first_at_or_above_rows` is the same rule in Spark."""
+    if isinstance(times, int):
+        return bisect_left(values, times)
     return np.searchsorted(values, times, side="left")
 
 

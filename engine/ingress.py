@@ -34,7 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 from ctistream.engine._spark import settle_worker
-from ctistream.engine.ctis import keyed_rises, min_of_latest, risen
+from ctistream.engine.ctis import keyed_rises, latest_of, min_of_latest, risen
 from ctistream.engine.edges import RANK, fifo_pairs, fifo_ranked
 from ctistream.engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import EdgeType, Event, EventKind
@@ -387,8 +387,9 @@ def _key_candidates(
     rows = rows.unionByName(marks.withColumn("__typ", F.lit(1)), allowMissingColumns=True)
     running = Window.orderBy(POS, "__typ").rowsBetween(Window.unboundedPreceding, 0)
     for q, part in enumerate(state.partitions):
-        latest = F.last(F.when(F.col(_P) == q, F.col("__cq")), ignorenulls=True).over(running)
-        rows = rows.withColumn(f"__c{q}", F.coalesce(latest, F.lit(part.cti)))
+        rows = rows.withColumn(
+            f"__c{q}", latest_of(F.col(_P) == q, F.col("__cq"), part.cti, running)
+        )
     rows = rows.filter(F.col("__typ") == 1)
     if state.key_watermarks is not None:
         carried = state.key_watermarks.groupBy(KEY).pivot(_P, list(range(n))).agg(F.max("__w"))

@@ -241,13 +241,13 @@ def _search_udf(found: list[tuple[int, tuple]]):
     ]
 
     @pandas_udf(_FOUND)  # type: ignore[call-overload]
-    def first_at_or_above(v: pd.Series) -> pd.DataFrame:
+    def search(v: pd.Series) -> pd.DataFrame:
         i = first_at_or_above(values, v.to_numpy())
         j = np.minimum(i, len(values) - 1)
         out = {f.name: a[j] for f, a in zip(POS_TYPE.fields, fields, strict=True)}
         return pd.DataFrame({"ok": i < len(values), **out})
 
-    return first_at_or_above
+    return search
 
 
 def _first_cti_at_or_above(

@@ -148,6 +148,7 @@ TIMES = [NEG, NEG + 1, 4, 5, 6, 10, 11, INF - 1, INF]
 def test_first_at_or_above_on_the_driver_and_in_spark_agree(spark, values, expected):
     found = first_at_or_above(np.array(values, dtype=np.int64), np.array(TIMES, dtype=np.int64))
     assert found.tolist() == expected
+    assert [first_at_or_above(values, t) for t in TIMES] == expected  # a list and one int
     ctis = local_ctis(spark, [(at(10 + i), v) for i, v in enumerate(values)])
     rows = spark.createDataFrame([(i, t) for i, t in enumerate(TIMES)], "i int, __t long")
     placed = first_at_or_above_rows(rows, ctis, None, "__cpos").orderBy("i").collect()
