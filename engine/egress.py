@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ctistream.engine.ctis import first_at_or_above
 from ctistream.engine.events import EdgeType, Event, EventKind, EventShape
 from ctistream.engine.rows import CTI, EDGE, END, KEY, POS, START, Flow, sql_names
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
@@ -211,7 +212,7 @@ def egress_epoch(
             lines.append((1, it[k_at]))
         for typ, k in lines:
             positions, values = timelines.get(None if typ == 0 else ("k", k), ([], []))
-            j = bisect_right(values, it[3])
+            j = first_at_or_above(values, it[3] + 1)  # (ints: above t is at or above t + 1)
             if it[4] is not None:
                 j = max(j, bisect_left(positions, tuple(it[4])))
             if j < len(positions):

@@ -14,11 +14,11 @@ computes what the spec describes item by item with running counts and maxima in 
   (explicit, generated, imported, flush) and ``ca`` the same after it;
 * the violation check and DROP / ADJUST against ``cb``.
 
-Then, in Spark: END edges matched to their START edges (FIFO per original start and payload; a
-late END edge, ``end < __cb``, closes its START edge at ``__cb``: semantics §3.4), or, for an input
-of versions (:class:`Versions`), each key's open version closed by the key's next row
-(:func:`_close_versions`); and the input's CTI = min over partitions
-(:func:`engine.rows.min_of_latest`).
+Then, in Spark: END edges matched to their START edges (FIFO per original start and payload,
+:mod:`engine.edges`; a late END edge, ``end < __cb``, closes its START edge at ``__cb``: semantics
+§3.4), or, for an input of versions (:class:`Versions`), each key's open version closed by the
+key's next row (:func:`_close_versions`); and the input's CTI = min over partitions
+(:func:`engine.ctis.min_of_latest`).
 
 Per-partition state (count, max start, period, CTI, and the last item taken: where a bounded run's
 next read starts) is carried between epochs on the driver: a handful of numbers per partition,
@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from ctistream.engine._spark import settle_worker
+from ctistream.engine.ctis import keyed_rises, latest_of, min_of_latest, risen
+from ctistream.engine.edges import RANK, fifo_pairs, fifo_ranked
 from ctistream.engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import EdgeType, Event, EventKind
 from ctistream.engine.observer import RunObserver
@@ -51,12 +53,10 @@ from ctistream.engine.rows import (
     START,
     EpochCache,
     Flow,
+    Kind,
     checkpoint,
-    keyed_rises,
     local_frame,
-    min_of_latest,
     pos_literal,
-    same_value,
     sql_names,
 )
 from ctistream.engine.settings import AdvanceTimePolicy, AdvanceTimeSettings, Versions
@@ -156,7 +156,7 @@ class IngressState:
     #: how many rows ``open_edges`` holds, where the driver knows it (it matched them)
     open_rows: int | None = 0
     #: substreams (``over``): per (key, partition) the largest watermark (inputs with several
-    #: partitions), and per key the largest keyed CTI candidate (:func:`engine.rows.keyed_rises`)
+    #: partitions), and per key the largest keyed CTI candidate (:func:`engine.ctis.keyed_rises`)
     key_watermarks: DataFrame | None = None
     key_seen: DataFrame | None = None
     #: the latest arrival stamp the input has taken (a started query raises later stamps to it)
@@ -225,7 +225,7 @@ def ingress_epoch(
     if imports is not None:
         broadcast.append(
             imports.select(
-                F.lit("BCAST").alias(KIND),
+                F.lit(Kind.BCAST).alias(KIND),
                 F.col(CTI).alias(START),
                 POS,
                 F.lit("import").alias(_SRC),
@@ -234,7 +234,7 @@ def ingress_epoch(
     if flush_at_stop:
         broadcast.append(
             spark.range(1).select(
-                F.lit("BCAST").alias(KIND),
+                F.lit(Kind.BCAST).alias(KIND),
                 F.lit(MAX_TIME).alias(START),
                 _stop_pos(spec.index),
                 F.lit("flush").alias(_SRC),
@@ -287,17 +287,19 @@ def ingress_epoch(
 
     # pushed or packed: the scan handed Spark no events as rows, only the rows that raise the
     # CTI or break it
-    taken = "false" if pushed is not None or packed else f"{KIND} = 'INSERT' AND NOT __drop"
+    taken = "false" if pushed is not None or packed else f"{KIND} = '{Kind.INSERT}' AND NOT __drop"
     events = a.filter(f"{taken} AND NOT ({EDGE} <=> 'END')").selectExpr(
         KIND, EDGE, f"CASE WHEN __adj THEN __cb ELSE {START} END AS {START}", END, POS, *quoted
     )
     packs = None
     if packed:
-        packs = a.filter(f"{KIND} = 'PACKED'").select(ARROW)
+        packs = a.filter(f"{KIND} = '{Kind.PACKED}'").select(ARROW)
         events = unpacked(packs, events.schema)
     partials = None
     if pushed is not None:
-        partials = a.filter(f"{KIND} = 'PARTIAL'").select(*pushed.keys, *pushed.fields.fieldNames())
+        partials = a.filter(f"{KIND} = '{Kind.PARTIAL}'").select(
+            *pushed.keys, *pushed.fields.fieldNames()
+        )
     # an event row per inserted item at most (an END edge's row closes its START edge's)
     rows = new_state.counts["events_in"] - state.counts["events_in"]
     if spec.edges:
@@ -331,7 +333,7 @@ def ingress_epoch(
     if trace is not None:  # opt-in: the run's observer (engine.observer), e.g. the timeline
         trace.ingress(spec, a, events, ctis)
     # the epoch's CTIs rise above the input's CTI before it, the last to its CTI after it
-    latest = new_state.emitted if new_state.emitted > state.emitted else MIN_TIME
+    latest = risen(new_state.emitted, state.emitted)
     over = spec.ordering.over if spec.ordering is not None else None
     if over is None:
         flow = Flow(
@@ -397,7 +399,7 @@ def _key_candidates(
     ``wm(q, k)`` -inf where q has not seen ``k``. Every later event of ``k`` in ``q`` starts at or
     above both (§7 moves or drops the ones below the watermark, §3 those below the CTI)."""
     over = spec.ordering.over
-    marks = a.filter(F.col(KIND) == "KWM")
+    marks = a.filter(F.col(KIND) == Kind.KWM)
     n = len(spec.partitions)
     if n == 1:
         return marks.select(
@@ -408,8 +410,9 @@ def _key_candidates(
     rows = rows.unionByName(marks.withColumn("__typ", F.lit(1)), allowMissingColumns=True)
     running = Window.orderBy(POS, "__typ").rowsBetween(Window.unboundedPreceding, 0)
     for q, part in enumerate(state.partitions):
-        latest = F.last(F.when(F.col(_P) == q, F.col("__cq")), ignorenulls=True).over(running)
-        rows = rows.withColumn(f"__c{q}", F.coalesce(latest, F.lit(part.cti)))
+        rows = rows.withColumn(
+            f"__c{q}", latest_of(F.col(_P) == q, F.col("__cq"), part.cti, running)
+        )
     rows = rows.filter(F.col("__typ") == 1)
     if state.key_watermarks is not None:
         carried = state.key_watermarks.groupBy(KEY).pivot(_P, list(range(n))).agg(F.max("__w"))
@@ -438,7 +441,7 @@ def _collect_state(
     """One small job over the scan's own summary rows (``STATE``, one per source partition that
     had items this epoch): per partition, the state after the epoch and the epoch's counts; and
     the positions of the epoch's first CTI violation and of its first malformed record."""
-    rows = a.filter(f"{KIND} = 'STATE'").collect()
+    rows = a.filter(f"{KIND} = '{Kind.STATE}'").collect()
     parts = [replace(s) for s in state.partitions]
     counts = Counter(state.counts)
     first: tuple | None = None
@@ -516,12 +519,7 @@ def _match_edges(
         starts = open_edges.unionByName(starts)
     ends = _ends(a, payload)
 
-    starts = starts.withColumn(
-        "__r", F.row_number().over(Window.partitionBy(*key).orderBy("__spos"))
-    )
-    ends = ends.withColumn("__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS)))
-    s, e = starts.alias("s"), ends.alias("e")
-    on = [F.col(f"e.{k}").eqNullSafe(F.col(f"s.{k}")) for k in [*key, "__r"]]
+    s, e, on = fifo_ranked(starts, ends, key, "__spos", POS)
     # one job: the first END edge without an earlier START edge, and how many closed a START
     # edge that was dropped
     j = cache.keep(e.join(s, on, "left"))
@@ -530,35 +528,33 @@ def _match_edges(
         F.col(f"e.{_P}").alias(_P),
         *[F.col(f"e.{k}").alias(k) for k in ["__os", END, *payload]],
     )
-    unmatched = F.col("s.__spos").isNull() | (F.col("s.__spos") > F.col(f"e.{POS}"))
+    unmatched = F.col("o.__spos").isNull() | (F.col("o.__spos") > F.col(f"e.{POS}"))
     found = j.agg(
         F.min_by(first_bad, F.when(unmatched, F.col(f"e.{POS}"))).alias("bad"),
-        F.count(F.when(F.col("s.__sdrop"), 1)).alias("dropped"),
-        F.count(F.when(~F.col("s.__sdrop") & F.col("e.__late"), 1)).alias("adjusted"),
+        F.count(F.when(F.col("o.__sdrop"), 1)).alias("dropped"),
+        F.count(F.when(~F.col("o.__sdrop") & F.col("e.__late"), 1)).alias("adjusted"),
     ).first()
     bad = found["bad"]
     counts = Counter(dropped=found["dropped"], adjusted=found["adjusted"])
     if bad is not None:
         raise _unmatched_end(spec, tuple(bad[POS]), bad[_P], bad["__os"], bad[END], bad)
     matched = j.select(
-        F.lit("INSERT").alias(KIND),
+        F.lit(Kind.INSERT).alias(KIND),
         F.lit("END").alias(EDGE),
-        F.col("s.__as").alias(START),
+        F.col("o.__as").alias(START),
         F.col("e.__ce").alias(END),
         F.col(f"e.{POS}").alias(POS),
-        F.col("s.__sdrop").alias("__sdrop"),
+        F.col("o.__sdrop").alias("__sdrop"),
         *[F.col(f"e.{k}").alias(k) for k in payload],
     )
     closed = matched.filter(~F.col("__sdrop")).drop("__sdrop")
-    used = j.select(*[F.col(f"s.{k}").alias(k) for k in [*key, "__r"]])
+    used = j.select(*[F.col(f"o.{k}").alias(k) for k in [*key, RANK]])
     still_open = checkpoint(
-        starts.alias("s")
-        .join(
+        s.join(
             used.alias("u"),
-            [F.col(f"s.{k}").eqNullSafe(F.col(f"u.{k}")) for k in [*key, "__r"]],
+            [F.col(f"o.{k}").eqNullSafe(F.col(f"u.{k}")) for k in [*key, RANK]],
             "left_anti",
-        )
-        .drop("__r")
+        ).drop(RANK)
     )
     return closed, still_open, counts
 
@@ -581,7 +577,7 @@ def _close_versions(
     payload = spec.payload
     assert spec.versions is not None
     keys = list(spec.versions.key)
-    rows = a.filter(F.col(KIND) == "INSERT").select(
+    rows = a.filter(F.col(KIND) == Kind.INSERT).select(
         _P,
         F.col(START).alias("__os"),
         F.when(F.col("__adj"), F.col("__cb")).otherwise(F.col(START)).alias("__as"),
@@ -636,7 +632,7 @@ def _close_versions(
         dropped=found["cascade"], adjusted=found["adjusted"], deletes_ignored=found["unknown"]
     )
     closed = j.filter(closes & ~prev["__sdrop"]).select(
-        F.lit("INSERT").alias(KIND),
+        F.lit(Kind.INSERT).alias(KIND),
         F.lit("END").alias(EDGE),
         prev["__as"].alias(START),
         F.col("__ce").alias(END),
@@ -744,7 +740,7 @@ def _edges_on_driver(
     s_rows = pa.array([j for _, j in kept], pa.int64())
     closed = pa.table(
         {
-            KIND: pa.array(["INSERT"] * len(kept), pa.string()),
+            KIND: pa.array([Kind.INSERT] * len(kept), pa.string()),
             EDGE: pa.array(["END"] * len(kept), pa.string()),
             START: pc.take(table.column("__as"), s_rows),
             END: pc.take(table.column("__ce"), e_rows),
@@ -779,26 +775,20 @@ def _fifo_pairs(table: pa.Table, payload: list[str]) -> tuple[list, list[int], t
     each (partition, original start, payload), the n-th END edge by position closes the n-th
     START edge, which must come before it. Returns the (END edge, START edge) pairs, the START
     edges left open, and the (position, row) of the first END edge that closes none."""
-    keys = zip(*(table.column(c).to_pylist() for c in [_P, "__os", *payload]), strict=True)
-    spos = table.column("__spos").to_pylist()
-    epos = table.column(POS).to_pylist()
-    opened: dict[tuple, list[tuple[tuple, int]]] = {}
-    closing: dict[tuple, list[tuple[tuple, int]]] = {}
-    for i, (k, s, e) in enumerate(zip(keys, spos, epos, strict=True)):
-        key = tuple(same_value(v) for v in k)
-        if e is None:
-            opened.setdefault(key, []).append((tuple(s.values()), i))
-        else:
-            closing.setdefault(key, []).append((tuple(e.values()), i))
+    keys = list(zip(*(table.column(c).to_pylist() for c in [_P, "__os", *payload]), strict=True))
+    spos = [s and tuple(s.values()) for s in table.column("__spos").to_pylist()]
+    epos = [e and tuple(e.values()) for e in table.column(POS).to_pylist()]
+    opened = [
+        (k, s, i) for i, (k, s, e) in enumerate(zip(keys, spos, epos, strict=True)) if e is None
+    ]
+    closing = [(k, e, i) for i, (k, e) in enumerate(zip(keys, epos, strict=True)) if e is not None]
     bad: tuple[tuple, int] | None = None
     pairs: list[tuple[int, int]] = []
-    for key, es in closing.items():
-        ss = sorted(opened.get(key, []))
-        for n, (at, i) in enumerate(sorted(es)):
-            if n >= len(ss) or ss[n][0] > at:
-                bad = min(bad, (at, i)) if bad is not None else (at, i)
-                continue
-            pairs.append((i, ss[n][1]))
+    for j, i in fifo_pairs(opened, closing):  # (START edge, END edge) row indices
+        if j is None or spos[j] > epos[i]:  # no START edge before it
+            bad = min(bad, (epos[i], i)) if bad is not None else (epos[i], i)
+            continue
+        pairs.append((i, j))
     used = {j for _, j in pairs}
     still = [j for j, e in enumerate(epos) if e is None and j not in used]
     return pairs, still, bad
@@ -809,7 +799,7 @@ def _ends(a: DataFrame, payload: list[str]) -> DataFrame:
     in force (``__late``) is matched like the others and ends at ``c`` (semantics §3.4: it closes
     its open START edge there, counted as adjusted; it is never dropped while that edge is open).
     """
-    taken = (F.col(KIND) == "INSERT") & (F.col(EDGE) == "END")
+    taken = (F.col(KIND) == Kind.INSERT) & (F.col(EDGE) == "END")
     return a.filter(taken).select(
         _P,
         F.col(START).alias("__os"),
@@ -823,7 +813,7 @@ def _ends(a: DataFrame, payload: list[str]) -> DataFrame:
 
 def _starts(a: DataFrame, payload: list[str]) -> DataFrame:
     """The epoch's START edges as :func:`_match_edges` matches them."""
-    return a.filter((F.col(KIND) == "INSERT") & (F.col(EDGE) == "START")).select(
+    return a.filter((F.col(KIND) == Kind.INSERT) & (F.col(EDGE) == "START")).select(
         _P,
         F.col(START).alias("__os"),
         F.when(F.col("__adj"), F.col("__cb")).otherwise(F.col(START)).alias("__as"),
@@ -953,7 +943,7 @@ def _sequencer(
                 )
             kept = [i for i, name in enumerate(b.schema.names) if name != _SRC]
             schema = pa.schema([b.schema.field(i) for i in kept])
-            stop = _flags(pc.equal(b.column(KIND), "STOP"))
+            stop = _flags(pc.equal(b.column(KIND), Kind.STOP))
             if stop.any():  # where the read stopped (engine.source.raw_batches): not an item
                 last[3] = int(b.column(POS).field("off")[int(np.argmax(stop))].as_py())
                 b = b.filter(pa.array(~stop))
@@ -967,7 +957,8 @@ def _sequencer(
             kind = b.column(KIND)
             is_end = _flags(pc.equal(b.column(EDGE), "END"))
             insert, explicit, bcast, wm, eoi = (
-                _flags(pc.equal(kind, k)) for k in ("INSERT", "CTI", "BCAST", "WM", "EOI")
+                _flags(pc.equal(kind, k))
+                for k in (Kind.INSERT, Kind.CTI, Kind.BCAST, Kind.WM, Kind.EOI)
             )
             start = pc.fill_null(b.column(START), 0).to_numpy(zero_copy_only=False)
             end = pc.fill_null(b.column(END), 0).to_numpy(zero_copy_only=False)
@@ -1035,7 +1026,7 @@ def _sequencer(
                     totals[k] += int(np.count_nonzero(mask))
             for k, mask in (
                 ("first_violation", viol),
-                ("first_bad", _flags(pc.equal(kind, "BAD"))),
+                ("first_bad", _flags(pc.equal(kind, Kind.BAD))),
             ):
                 if firsts[k] is None and mask.any():
                     firsts[k] = pos.take([int(np.argmax(mask))])
@@ -1085,7 +1076,7 @@ def _sequencer(
         if last[3] is None and last[1] is not None:
             last[3] = last[1] + 1
         row = {f.name: pa.nulls(1, f.type) for f in schema}
-        row[KIND] = pa.array(["STATE"], schema.field(KIND).type)
+        row[KIND] = pa.array([Kind.STATE], schema.field(KIND).type)
         row[_P] = pa.array([carried["part"]], schema.field(_P).type)
         pos_type = schema.field(POS).type
         summary = [
@@ -1118,7 +1109,7 @@ def _version_edges(b: pa.RecordBatch, deleted: str | None) -> pa.RecordBatch:
     a delete below the CTI in force breaks it as a START or an END edge does (§3)."""
     import pyarrow.compute as pc
 
-    insert = pc.fill_null(pc.equal(b.column(KIND), "INSERT"), False)
+    insert = pc.fill_null(pc.equal(b.column(KIND), Kind.INSERT), False)
     gone = pa.nulls(b.num_rows, pa.bool_()).fill_null(False)
     if deleted is not None:
         gone = pc.and_(insert, pc.fill_null(b.column(deleted), False))
@@ -1164,7 +1155,7 @@ def _partial_rows(
     arrow = {"long": pa.int64(), "boolean": pa.bool_()}
     row.update({name: pa.nulls(n, arrow[typ]) for name, typ in _SEQUENCED})
     row[_SUM] = pa.nulls(n, _summary_type(schema.field(POS).type))
-    row[KIND] = pa.array(["PARTIAL"] * n, schema.field(KIND).type)
+    row[KIND] = pa.array([Kind.PARTIAL] * n, schema.field(KIND).type)
     row[_P] = pa.array([part] * n, schema.field(_P).type)
     for name in merged.column_names:
         row[name] = merged.column(name).combine_chunks()
@@ -1180,7 +1171,7 @@ def _packed_rows(
     arrow = {"long": pa.int64(), "boolean": pa.bool_()}
     row.update({name: pa.nulls(n, arrow[typ]) for name, typ in _SEQUENCED})
     row[_SUM] = pa.nulls(n, _summary_type(schema.field(POS).type))
-    row[KIND] = pa.array(["PACKED"] * n, schema.field(KIND).type)
+    row[KIND] = pa.array([Kind.PACKED] * n, schema.field(KIND).type)
     row[_P] = pa.array([part] * n, schema.field(_P).type)
     row[ARROW] = pa.array(values, extra[0].type)
     return pa.RecordBatch.from_arrays(list(row.values()), names=list(row))

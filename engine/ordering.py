@@ -46,6 +46,7 @@ from ctistream.engine.rows import (
     POS,
     START,
     EpochCache,
+    Kind,
     checkpoint,
     pos_literal,
     saturating_sub,
@@ -192,12 +193,12 @@ def _decided(raw: DataFrame, ordering: EventOrderingSettings, state: OrderingSta
     over = ordering.over
     group = [_P] if over is None else [_P, over]
 
-    ev = raw.filter(c(KIND) == "INSERT")
+    ev = raw.filter(c(KIND) == Kind.INSERT)
     t = arr if by_arrival else _event_time(raw, ordering.event_time)
     ev = ev.withColumn("__t", t).withColumn(_STATE, F.lit(False))
     if over is not None and state.keys is not None:
         carried = state.keys.select(
-            F.lit("STATE").alias(KIND),
+            F.lit(Kind.STATE).alias(KIND),
             _P,
             over,
             c("__m").alias("__t"),
@@ -294,13 +295,13 @@ def order_epoch(
 
     kept = events.filter(c("__as").isNotNull())
     kept = kept.withColumn(START, c("__as")).withColumn(END, c("__as") + 1).select(*raw.columns)
-    marks = _marks(events, c("__wm").isNotNull(), "WM", c("__wm"), 1)
-    rows = raw.filter(c(KIND) != "INSERT").unionByName(kept).unionByName(marks, True)
+    marks = _marks(events, c("__wm").isNotNull(), Kind.WM, c("__wm"), 1)
+    rows = raw.filter(c(KIND) != Kind.INSERT).unionByName(kept).unionByName(marks, True)
     if over is not None:
         # A KWM row after each event that raises its substream's watermark (sub-position 2, after
         # the partition's WM row): ingress makes the key's CTI from it (engine.ingress).
         rose = c("__ma").isNotNull() & (c("__mb").isNull() | (c("__ma") > c("__mb")))
-        key_marks = _marks(events, rose & c(over).isNotNull(), "KWM", c("__w"), 2, over)
+        key_marks = _marks(events, rose & c(over).isNotNull(), Kind.KWM, c("__w"), 2, over)
         rows = rows.unionByName(key_marks, True)
 
     per_part = events.groupBy(_P).agg(

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from ctistream.engine.rows import EDGE, KIND
+from ctistream.engine.rows import EDGE, KIND, Kind
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
@@ -63,7 +63,7 @@ def unpacked(packed: DataFrame, events: StructType) -> DataFrame:
                 for t in unpack(value).to_batches():
                     n = t.num_rows
                     columns = {
-                        KIND: pa.repeat(pa.scalar("INSERT"), n),
+                        KIND: pa.repeat(pa.scalar(Kind.INSERT), n),
                         EDGE: pa.nulls(n, pa.string()),
                     }
                     yield pa.RecordBatch.from_arrays(

@@ -1,10 +1,11 @@
-"""The engine's row layout and the CTI-merge helper shared by every operator that has several
-CTI sources (partitions of an input, inputs of a union, sides of a join).
+"""The engine's row layout: the wire schema of the frames an epoch passes between operators.
+The CTI rules that cross operators live in :mod:`engine.ctis`.
 
 A stream inside one epoch is a pair of DataFrames (:class:`Flow`):
 
-* ``events``: ``__kind``, ``__edge`` (null, ``START`` or ``END``), ``__start``, ``__end`` (int64
-  ticks), ``__pos`` (the arrival position, a struct ordered field by field), then payload columns;
+* ``events``: ``__kind`` (a :class:`Kind`), ``__edge`` (null, ``START`` or ``END``), ``__start``,
+  ``__end`` (int64 ticks), ``__pos`` (the arrival position, a struct ordered field by field),
+  then payload columns;
 * ``ctis``: ``__pos`` and ``__c`` (the CTI value), strictly increasing in both.
 
 CTIs travel as rows, so explicit, imported, generated and pulled-back CTIs all go through the same
@@ -19,11 +20,12 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark import SparkContext, StorageLevel
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
@@ -40,15 +42,12 @@ __all__ = [
     "Checkpoints",
     "EpochCache",
     "Flow",
+    "Kind",
     "checkpoint",
     "frames",
     "keyed_inputs",
-    "keyed_min_of_latest",
-    "keyed_rises",
     "leaf_rdds",
     "local_ctis",
-    "min_of_latest",
-    "min_of_latest_on_driver",
     "payload_columns",
     "pos_literal",
     "release",
@@ -58,6 +57,37 @@ __all__ = [
 KIND, EDGE, START, END, POS, CTI = "__kind", "__edge", "__start", "__end", "__pos", "__c"
 KEY = "__kk"  # a keyed CTI's substream key value
 HEADER = (KIND, EDGE, START, END, POS)
+
+
+class Kind(StrEnum):
+    """What a row of the engine's frames is: its ``__kind`` tag, every one the engine writes or
+    reads. A string on the wire (``__kind`` is a string column in the raw rows, the Arrow
+    batches of the scan and the held state), so SQL text reads ``f"{KIND} = '{Kind.INSERT}'"``.
+    The first five come from the source (:mod:`engine.source`) and the ingress; the last four
+    carry side data that shares the event frame of one scan or join."""
+
+    #: an event (semantics §1)
+    INSERT = "INSERT"
+    #: an explicit CTI (§2)
+    CTI = "CTI"
+    #: the end of a source partition's input (§3.2, flush_on_stop)
+    EOI = "EOI"
+    #: where a read stopped before a partition's end: not an item, the next read starts there
+    STOP = "STOP"
+    #: a malformed record, which the driver raises once every item before it is taken
+    BAD = "BAD"
+    #: a CTI every partition of an input takes: an imported one (§3.3) or the flush at stop
+    BCAST = "BCAST"
+    #: an arrival-time watermark (§7), and a keyed one (per substream key)
+    WM = "WM"
+    KWM = "KWM"
+    #: side data: a partition's scan state, partial aggregates (engine.operators.window
+    #: PushedWindow), packed events (engine.packed), a join's held events
+    STATE = "STATE"
+    PARTIAL = "PARTIAL"
+    PACKED = "PACKED"
+    HELD = "HELD"
+
 
 #: (arrival, input binding index, offset, partition index, sub-position)
 POS_TYPE = StructType(
@@ -314,58 +344,6 @@ def saturating_sub(col: Column, d: int) -> Column:
     return F.when(col.isin(MIN_TIME, MAX_TIME), col).otherwise(shifted)
 
 
-def min_of_latest(rows: DataFrame, group: str, initial: list[int], emitted: int) -> DataFrame:
-    """Merge CTI sources: the minimum over groups of each group's latest CTI.
-
-    ``rows`` has ``group`` (0..n-1), ``__pos`` and ``__c`` (each group's CTI rising at that
-    position); ``initial[g]`` is group g's CTI before this epoch and ``emitted`` the merged CTI
-    already emitted. Returns ``__pos, __c`` where the merged CTI increases; when several groups
-    rise at the same position, only the value after all of them.
-    """
-    n = len(initial)
-    if n == 1:
-        if initial[0] >= emitted:  # every row rises above initial[0]
-            # (and no literal that changes every epoch, which Spark would compile again)
-            return rows.select(POS, CTI)
-        return rows.filter(F.col(CTI) > F.lit(emitted)).select(POS, CTI)
-    order = Window.orderBy(POS, group)
-    running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    latest = [
-        F.coalesce(
-            F.last(F.when(F.col(group) == g, F.col(CTI)), ignorenulls=True).over(running),
-            F.lit(initial[g]),
-        )
-        for g in range(n)
-    ]
-    merged = rows.withColumn("__m", F.least(*latest)).withColumn("__next", F.lead(POS).over(order))
-    last_of_pos = merged.filter(F.col("__next").isNull() | (F.col("__next") != F.col(POS)))
-    before = Window.orderBy(POS).rowsBetween(Window.unboundedPreceding, -1)
-    prev = F.greatest(F.lit(emitted), F.max("__m").over(before))
-    return (
-        last_of_pos.withColumn("__prev", prev)
-        .filter(F.col("__m") > F.col("__prev"))
-        .select(POS, F.col("__m").alias(CTI))
-    )
-
-
-def min_of_latest_on_driver(
-    rows: Iterable[tuple[tuple, int, int]], initial: list[int], emitted: int
-) -> list[tuple[tuple, int]]:
-    """:func:`min_of_latest` over rows the driver holds, ``(position, group, CTI)`` in any
-    order: ``(position, CTI)`` where the merged CTI increases."""
-    ordered = sorted(rows, key=lambda r: (r[0], r[1]))
-    latest, high, out = list(initial), emitted, []
-    for i, (pos, g, c) in enumerate(ordered):
-        latest[g] = c
-        if i + 1 < len(ordered) and ordered[i + 1][0] == pos:
-            continue  # several groups rise at one position: only the value after all of them
-        m = min(latest)
-        if m > high:
-            out.append((pos, m))
-        high = max(high, m)
-    return out
-
-
 #: frames made from the driver's rows (:func:`local_ctis`): each is its own checkpoint
 _local: weakref.WeakSet[DataFrame] = weakref.WeakSet()
 
@@ -394,111 +372,6 @@ def same_value(v: Any) -> Any:
     """A value as Spark's null-safe equality compares it, for a driver's dictionary key (NaN
     equal to NaN; Python's ``==`` and ``hash`` already make 0.0 and -0.0 one)."""
     return ("NaN",) if isinstance(v, float) and v != v else v
-
-
-def keyed_rises(
-    candidates: DataFrame, ctis: DataFrame, emitted: int, seen: DataFrame | None
-) -> tuple[DataFrame, DataFrame]:
-    """The keyed CTIs a stream emits from its candidates of one epoch.
-
-    ``candidates`` (``__pos``, ``__kk``, ``__c``) rise or stay per key in position order. One is
-    emitted when it is above the stream's CTI at its position (``ctis`` of the epoch, one at the
-    same position counting as before it; ``emitted`` the CTI before the epoch) and above every
-    earlier candidate of its key (``seen``: per key, the largest of earlier epochs). The earlier
-    candidates stand in for the earlier emitted keyed CTIs: a candidate above the last emitted
-    one but not emitted was below the stream's CTI, which only rises. Returns the rows and the
-    new ``seen`` (lazy: checkpoint it to keep it).
-    """
-    key_type = candidates.schema[KEY].dataType
-    both = ctis.select(POS, F.lit(None).cast(key_type).alias(KEY), CTI, F.lit(0).alias("__typ"))
-    both = both.unionByName(candidates.select(POS, KEY, CTI, F.lit(1).alias("__typ")))
-    upto = Window.orderBy(POS, "__typ").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    stream_cti = F.max(F.when(F.col("__typ") == 0, F.col(CTI))).over(upto)
-    rows = both.withColumn("__g", F.greatest(F.lit(emitted), stream_cti))
-    rows = rows.filter(F.col("__typ") == 1)
-    if seen is not None:
-        rows = rows.join(seen.withColumnRenamed(CTI, "__s"), KEY, "left")
-    else:
-        rows = rows.withColumn("__s", F.lit(None).cast("long"))
-    before = Window.partitionBy(KEY).orderBy(POS).rowsBetween(Window.unboundedPreceding, -1)
-    bar = F.greatest(F.col("__g"), F.col("__s"), F.max(CTI).over(before))
-    out = rows.withColumn("__bar", bar).filter(F.col(CTI) > F.col("__bar")).select(POS, KEY, CTI)
-    fresh = candidates.select(KEY, CTI)
-    if seen is not None:
-        fresh = seen.unionByName(fresh)
-    return out, fresh.groupBy(KEY).agg(F.max(CTI).alias(CTI))
-
-
-def keyed_min_of_latest(
-    tagged: DataFrame,
-    keyed: list[DataFrame | None],
-    initial: list[int],
-    ctis: DataFrame,
-    emitted: int,
-    state: DataFrame | None,
-) -> tuple[DataFrame, DataFrame]:
-    """The keyed CTIs of an operator with several inputs (union, join) from its inputs' CTIs.
-
-    ``tagged``: the inputs' CTIs of the epoch (``group`` ``__g`` = input index, ``__pos``,
-    ``__c``), ``initial[g]`` input g's latest CTI before the epoch; ``keyed[g]``: input g's keyed
-    CTIs, None for an input without substreams. At each keyed CTI of any input, a candidate for
-    its key ``k``: the minimum over inputs of ``k``'s CTI there (the larger of the input's
-    latest CTI and latest keyed CTI of ``k``; an input without substreams: its latest CTI). Rows
-    at one position count together. Candidates go through :func:`keyed_rises` against the
-    operator's own ``ctis`` (``emitted`` before the epoch). ``state``: per key (``__kk``) each
-    input's largest keyed CTI ``__k<g>`` and the largest candidate ``__c`` of earlier epochs.
-    Returns the keyed CTIs and the new state (checkpointed: a small job).
-    """
-    n = len(initial)
-    key_type = next(k for k in keyed if k is not None).schema[KEY].dataType
-    rows = tagged.select(
-        "__g", POS, CTI, F.lit(None).cast(key_type).alias(KEY), F.lit(0).alias("__t")
-    )
-    for g, k in enumerate(keyed):
-        if k is not None:
-            rows = rows.unionByName(
-                k.select(F.lit(g).alias("__g"), POS, CTI, KEY, F.lit(1).alias("__t"))
-            )
-    # RANGE frames: rows at one position (and of one kind) see each other
-    upto = Window.orderBy(POS, "__t").rangeBetween(Window.unboundedPreceding, Window.currentRow)
-    for g in range(n):
-        latest = F.last(F.when((F.col("__g") == g) & (F.col("__t") == 0), F.col(CTI)), True)
-        rows = rows.withColumn(f"__l{g}", F.coalesce(latest.over(upto), F.lit(initial[g])))
-    rows = rows.filter(F.col("__t") == 1)
-    if state is not None:
-        rows = rows.join(state.withColumnRenamed(CTI, "__seen"), KEY, "left")
-    by_key = Window.partitionBy(KEY).orderBy(POS).rangeBetween(Window.unboundedPreceding, 0)
-    own = []
-    for g in range(n):
-        if keyed[g] is None:
-            own.append(F.col(f"__l{g}"))
-            continue
-        mine = F.max(F.when(F.col("__g") == g, F.col(CTI))).over(by_key)
-        if state is not None:
-            mine = F.greatest(mine, F.col(f"__k{g}"))
-        own.append(F.greatest(F.col(f"__l{g}"), mine))
-    candidates = rows.select(POS, KEY, F.least(*own).alias(CTI)).dropDuplicates([POS, KEY])
-    seen = state.select(KEY, CTI) if state is not None else None
-    out, _ = keyed_rises(candidates, ctis, emitted, seen)
-    per_input = [F.max(F.when(F.col("__g") == g, F.col("__kc"))).alias(f"__k{g}") for g in range(n)]
-    fresh = None
-    for g, k in enumerate(keyed):
-        if k is not None:
-            part = k.select(KEY, F.lit(g).alias("__g"), F.col(CTI).alias("__kc"))
-            fresh = part if fresh is None else fresh.unionByName(part)
-    assert fresh is not None
-    new = (
-        fresh.groupBy(KEY)
-        .agg(*per_input)
-        .join(candidates.groupBy(KEY).agg(F.max(CTI).alias(CTI)), KEY, "full")
-    )
-    if state is not None:
-        new = (
-            state.unionByName(new)
-            .groupBy(KEY)
-            .agg(*[F.max(f"__k{g}").alias(f"__k{g}") for g in range(n)], F.max(CTI).alias(CTI))
-        )
-    return out, checkpoint(new)
 
 
 def keyed_inputs(flows: list[Flow], usable: list[bool], on: tuple[str, ...] | None) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any
 from ctistream.engine._spark import settle_worker
 from ctistream.engine.contracts import InputAdapter, ItemKind
 from ctistream.engine.errors import MalformedRecordError
-from ctistream.engine.rows import POS, POS_TYPE
+from ctistream.engine.rows import POS, POS_TYPE, Kind
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
@@ -35,7 +35,11 @@ RAW_HEADER = [
     StructField("__error", StringType(), True),
 ]
 
-_KINDS = {ItemKind.EVENT.value: "INSERT", ItemKind.CTI.value: "CTI", ItemKind.END.value: "EOI"}
+_KINDS = {
+    ItemKind.EVENT.value: Kind.INSERT,
+    ItemKind.CTI.value: Kind.CTI,
+    ItemKind.END.value: Kind.EOI,
+}
 
 
 def raw_batches(
@@ -105,7 +109,7 @@ def raw_batches(
             if disorder is not None:
                 raise MalformedRecordError(disorder[1])
             if resume is not None:  # the first item not taken: where the next read starts
-                row = {"__kind": "STOP", "__inp": index, "__part": p}
+                row = {"__kind": Kind.STOP.value, "__inp": index, "__part": p}
                 row |= {k: resume.column(k)[0].as_py() for k in ("__arr", "__off")}
                 yield pa.RecordBatch.from_pylist([row], schema=out)
             if past:
@@ -113,7 +117,7 @@ def raw_batches(
     except MalformedRecordError as bad:
         if before is not None and (arrival, index, offset, p, 0) >= tuple(before):
             return
-        row = {"__kind": "BAD", "__arr": arrival, "__inp": index, "__off": offset}
+        row = {"__kind": Kind.BAD.value, "__arr": arrival, "__inp": index, "__off": offset}
         row |= {"__part": p, "__error": str(bad)}
         yield pa.RecordBatch.from_pylist([row], schema=out)
 

@@ -32,7 +32,7 @@ from ctistream.engine._spark import settle_driver
 from ctistream.engine.checkpoint import CheckpointDir, warn_damage
 from ctistream.engine.errors import QueryBuildError, QueryStoppedError
 from ctistream.engine.plan import walk
-from ctistream.engine.rows import POS, release
+from ctistream.engine.rows import POS, Kind, release
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import functions as F
 
@@ -410,7 +410,7 @@ def _cti_rows(spark, like, index: int, value: int, arrival: int, offsets: list[i
     rows = []
     for p, off in enumerate(offsets):
         row = dict.fromkeys(like.columns)
-        row |= {"__kind": "CTI", "__start": value, "__arr": arrival, "__inp": index}
+        row |= {"__kind": Kind.CTI.value, "__start": value, "__arr": arrival, "__inp": index}
         row |= {"__off": off, "__part": p, POS: (arrival, index, off, p, 1)}
         rows.append(row)
     return spark.createDataFrame(rows, like.schema)

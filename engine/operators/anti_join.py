@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ctistream.engine.ctis import min_of_latest
 from ctistream.engine.operators.join import (
     _AT,
     _CLOSED,
@@ -44,8 +45,8 @@ from ctistream.engine.rows import (
     START,
     EpochCache,
     Flow,
+    Kind,
     hold,
-    min_of_latest,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import Column, DataFrame, Window
@@ -161,7 +162,7 @@ def anti_join(
 
     def rows(df: DataFrame, edge: str | None, end: Column, moment: str) -> DataFrame:
         return df.select(
-            F.lit("INSERT").alias(KIND),
+            F.lit(Kind.INSERT).alias(KIND),
             F.lit(edge).cast("string").alias(EDGE),
             F.col("__p").alias(START),
             end.alias(END),

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ctistream.engine.ctis import keyed_min_of_latest, min_of_latest, risen
 from ctistream.engine.rows import (
     CTI,
     HEADER,
     EpochCache,
     Flow,
     keyed_inputs,
-    keyed_min_of_latest,
-    min_of_latest,
     payload_columns,
 )
 from ctistream.engine.temporal import MIN_TIME
@@ -43,7 +42,7 @@ class UnionState:
 
     latest: list[int]
     emitted: int = MIN_TIME
-    #: substreams: per key the inputs' largest keyed CTIs (:func:`engine.rows.keyed_min_of_latest`)
+    #: substreams: per key the inputs' largest keyed CTIs (:func:`engine.ctis.keyed_min_of_latest`)
     keys: DataFrame | None = None
 
     @classmethod
@@ -57,7 +56,7 @@ def union(flows: Sequence[Flow], state: UnionState, cache: EpochCache) -> tuple[
     CTI rule (§5; the seeds: "Union operators release the older result of the most recent CTIs
     from either side"): output CTI = min over inputs of their latest CTI, emitted when it rises.
     With substreams, a key's output CTI is the minimum over inputs of the key's CTI there
-    (:func:`engine.rows.keyed_min_of_latest`).
+    (:func:`engine.ctis.keyed_min_of_latest`).
     """
     events: DataFrame = flows[0].events
     columns = payload_columns(events)
@@ -78,7 +77,7 @@ def union(flows: Sequence[Flow], state: UnionState, cache: EpochCache) -> tuple[
         latest[row["__g"]] = max(latest[row["__g"]], row["m"])
     ctis = cache.keep(min_of_latest(tagged, "__g", state.latest, state.emitted))
     edges = any(f.edges for f in flows)
-    rose = min(latest) if min(latest) > state.emitted else MIN_TIME
+    rose = risen(min(latest), state.emitted)
     unbounded = any(f.unbounded for f in flows)
     out = Flow(events.select(*HEADER, *columns), ctis, edges, latest=rose, unbounded=unbounded)
     new_state = UnionState(latest, max(state.emitted, min(latest)))

@@ -31,6 +31,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+from ctistream.engine.ctis import (
+    first_at_or_above,
+    first_at_or_above_rows,
+    keyed_min_of_latest,
+    min_of_latest,
+    min_of_latest_on_driver,
+    risen,
+)
+from ctistream.engine.edges import fifo_pairs, fifo_ranked
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.operators.window import (
     _LATEST,
@@ -53,15 +62,12 @@ from ctistream.engine.rows import (
     START,
     EpochCache,
     Flow,
+    Kind,
     checkpoint,
     hold,
     keyed_inputs,
-    keyed_min_of_latest,
     local_ctis,
-    min_of_latest,
-    min_of_latest_on_driver,
     pos_literal,
-    same_value,
     sql_names,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
@@ -96,7 +102,7 @@ class JoinState:
     held: list[DataFrame | None] = field(default_factory=lambda: [None, None])
     latest: list[int] = field(default_factory=lambda: [MIN_TIME, MIN_TIME])
     emitted: int = MIN_TIME
-    #: substreams: per key the sides' largest keyed CTIs (:func:`engine.rows.keyed_min_of_latest`)
+    #: substreams: per key the sides' largest keyed CTIs (:func:`engine.ctis.keyed_min_of_latest`)
     keys: DataFrame | None = None
     #: per side, how many events ``held`` holds, where the driver knows it
     held_rows: list[int | None] = field(default_factory=lambda: [None, None])
@@ -166,20 +172,12 @@ def _side_events(
         # not kept: selections over the input's rows (kept upstream) and the held ones
         return events.withColumn(_CLOSED_NOW, F.lit(False))
 
-    ends = flow.events.filter(edge == "END").select(START, END, POS, *payload)
     key = [START, *payload]
-    opened = events.withColumn(
-        "__r",
-        F.when(F.col(_OPEN), F.row_number().over(Window.partitionBy(_OPEN, *key).orderBy(_AT))),
+    ends = flow.events.filter(edge == "END").select(
+        *key, F.col(END).alias("__e_end"), F.col(POS).alias("__e_pos")
     )
-    ends = ends.withColumn("__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS)))
-    o, e = opened.alias("o"), ends.alias("e")
-    on = [F.col(f"o.{k}").eqNullSafe(F.col(f"e.{k}")) for k in [*key, "__r"]]
-    joined = o.join(
-        e.select(*key, "__r", F.col(END).alias("__e_end"), F.col(POS).alias("__e_pos")).alias("e"),
-        on,
-        "left",
-    )
+    o, e, on = fifo_ranked(events, ends, key, _AT, "__e_pos", only=_OPEN)
+    joined = o.join(e, on, "left")
     closed = F.col("e.__e_end").isNotNull()
     keep = [c for c in events.columns if c not in (END, _OPEN, _CLOSED)]
     return cache.keep(
@@ -245,13 +243,13 @@ def _search_udf(found: list[tuple[int, tuple]]):
     ]
 
     @pandas_udf(_FOUND)  # type: ignore[call-overload]
-    def first_at_or_above(v: pd.Series) -> pd.DataFrame:
-        i = np.searchsorted(values, v.to_numpy(), side="left")
+    def search(v: pd.Series) -> pd.DataFrame:
+        i = first_at_or_above(values, v.to_numpy())
         j = np.minimum(i, len(values) - 1)
         out = {f.name: a[j] for f, a in zip(POS_TYPE.fields, fields, strict=True)}
         return pd.DataFrame({"ok": i < len(values), **out})
 
-    return first_at_or_above
+    return search
 
 
 def _first_cti_at_or_above(
@@ -279,29 +277,9 @@ def _first_cti_at_or_above(
             .withColumn(out, moment.when(F.col("__f.ok"), _moment(at, side, 2)))
             .drop("__f")
         )
-    both = (
-        rows.withColumn("__t", F.col(value))
-        .withColumn("__typ", F.lit(0))
-        .unionByName(
-            ctis.select(
-                F.col(CTI).alias("__t"),
-                F.lit(1).alias("__typ"),
-                _moment(F.col(POS), side, 2).alias("__m"),
-            ),
-            allowMissingColumns=True,
-        )
-    )
-    # The first CTI at or after each row in (value, CTIs after values) order, found as the last
-    # one so far in the reverse order: a running frame, linear (a frame to the end is not).
-    after = Window.orderBy(F.desc("__t"), F.desc("__typ")).rowsBetween(
-        Window.unboundedPreceding, Window.currentRow
-    )
-    found_m = F.last(F.when(F.col("__typ") == 1, F.col("__m")), ignorenulls=True).over(after)
-    return (
-        both.withColumn(out, moment.otherwise(found_m))
-        .filter(F.col("__typ") == 0)
-        .drop("__t", "__typ", "__m")
-    )
+    placed = first_at_or_above_rows(rows.withColumn("__t", F.col(value)), ctis, None, "__fp")
+    found_m = F.when(F.col("__fp").isNotNull(), _moment(F.col("__fp"), side, 2))
+    return placed.withColumn(out, moment.otherwise(found_m)).drop("__t", "__fp")
 
 
 #: pairs formed per chunk of the cross product of one key's events (bounds the function's memory)
@@ -450,7 +428,7 @@ def _first_cti(p: _Pairing, side: int, values: np.ndarray, valid: np.ndarray):
     was (else none in the epoch yet)."""
     ctis = p.values[side]
     old = valid & (values <= p.before[side])
-    i = np.searchsorted(ctis, values, side="left")
+    i = first_at_or_above(ctis, values)
     found = valid & ~old & (i < len(ctis))
     out = np.empty((len(values), 7), dtype=np.int64)
     out[:, :5] = p.positions[side][np.minimum(i, len(ctis) - 1)] if len(ctis) else 0
@@ -511,7 +489,7 @@ def _pair_rows(p: _Pairing, lt: Any, rt: Any) -> Any:
         pa.array(edge, pa.int8(), mask=edge == 0), pa.array(["", "START", "END"], pa.string())
     )
     li_, ri_ = pa.array(li), pa.array(ri)
-    arrays = [pa.repeat(pa.scalar("INSERT"), len(li)), edges, pa.array(start), pa.array(end)]
+    arrays = [pa.repeat(pa.scalar(Kind.INSERT), len(li)), edges, pa.array(start), pa.array(end)]
     arrays += [position, *(lt.column(c).take(li_) for c in p.left)]
     arrays += [rt.column(c).take(ri_) for c in p.right]
     fields = list(p.schema)[: len(arrays)]
@@ -543,7 +521,7 @@ def _with_partials(p: _Pairing, rows: Any, edge: np.ndarray, start: Any, end: An
             merged = pa.table({n: pa.nulls(1, merged.schema.field(n).type) for n in names})
     n = merged.num_rows
     partial = {f.name: pa.nulls(n, f.type) for f in p.schema}
-    partial[KIND] = pa.repeat(pa.scalar("PARTIAL"), n).cast(p.schema.field(KIND).type)
+    partial[KIND] = pa.repeat(pa.scalar(Kind.PARTIAL), n).cast(p.schema.field(KIND).type)
     partial[_LATEST] = pa.repeat(pa.scalar(latest, pa.int64()), n)
     partial.update({c: merged.column(c) for c in names})
     edges = rows.filter(~interval)
@@ -756,8 +734,8 @@ def join(
             held_big = packed_frame(rows, rows.columns)
         pairs = _lookup_pairs(pairing, big, small, (left, right)[big].packed, held_big, out_schema)
         events_out = checkpoint(pairs, eager=False)
-        handed = events_out.filter(f"{KIND} = 'HELD'").select(ARROW)
-        events_out = events_out.filter(f"{KIND} <> 'HELD'").drop(ARROW)
+        handed = events_out.filter(f"{KIND} = '{Kind.HELD}'").select(ARROW)
+        events_out = events_out.filter(f"{KIND} <> '{Kind.HELD}'").drop(ARROW)
     else:
         events_out = checkpoint(
             _cogrouped(pairing, [sent(0), sent(1)], keys, key_types, out_schema), eager=False
@@ -766,8 +744,10 @@ def join(
     if pushed is not None:
         names_sql = sql_names([*HEADER, *names])
         partial_names = [*pushed.keys, *pushed.fields.fieldNames(), _LATEST]
-        partials = events_out.filter(f"{KIND} = 'PARTIAL'").selectExpr(*sql_names(partial_names))
-        events_out = events_out.filter(f"{KIND} <> 'PARTIAL'").selectExpr(*names_sql)
+        partials = events_out.filter(f"{KIND} = '{Kind.PARTIAL}'").selectExpr(
+            *sql_names(partial_names)
+        )
+        events_out = events_out.filter(f"{KIND} <> '{Kind.PARTIAL}'").selectExpr(*names_sql)
 
     # CTIs: the minimum of both sides' latest (from the CTIs collected, where they were).
     if big is None:
@@ -802,7 +782,7 @@ def join(
         held_rows=counted,
         packed=big if handed is not None else None,
     )
-    rose = min(latest) if min(latest) > state.emitted else MIN_TIME
+    rose = risen(min(latest), state.emitted)
     out = Flow(events_out, ctis, edges and not defer, latest=rose, partials=partials)
     if key is None:
         return out, new_state
@@ -879,13 +859,12 @@ def _collected_closing(
     table, found = _collected(rows, tagged, state.latest, limit)
     if table is None:
         return None, found, None
-    events, ends = [], {}
+    events, ends = [], []
     for r in table.to_pylist():
-        key = (r[START], *(same_value(r[c]) for c in payload))
         if r["__src"] == 0:
             events.append(r | {"__new": False, _CLOSED_NOW: False})
         elif r[EDGE] == "END":
-            ends.setdefault(key, []).append(r)
+            ends.append(((r[START], *(r[c] for c in payload)), tuple(r["__np"].values()), r))
         else:
             at = {"pos": r["__np"], "side": side, "k": 0}
             opened = r[EDGE] == "START"
@@ -894,14 +873,9 @@ def _collected_closing(
                 | {_CLOSED: None if opened else at, "__new": True, _CLOSED_NOW: False}
                 | {c: r[c] for c in payload}
             )
-    opens: dict = {}
-    for e in events:
-        if e[_OPEN]:
-            opens.setdefault((e[START], *(same_value(e[c]) for c in payload)), []).append(e)
-    for key, closing in ends.items():
-        waiting = sorted(opens.get(key, []), key=lambda e: _moment_key(e[_AT]))
-        closing = sorted(closing, key=lambda r: tuple(r["__np"].values()))
-        for e, end in zip(waiting, closing, strict=False):  # an END edge may close none
+    opens = (((e[START], *(e[c] for c in payload)), _moment_key(e[_AT]), e) for e in events)
+    for e, end in fifo_pairs((o for o in opens if o[2][_OPEN]), ends):
+        if e is not None:  # an END edge may close none
             e[END], e[_OPEN], e[_CLOSED_NOW] = end[END], False, True
             e[_CLOSED] = {"pos": end["__np"], "side": side, "k": 1}
     pos = table.schema.field("__np").type
@@ -1014,7 +988,7 @@ def _lookup_pairs(
                 kept = pack(t.filter(pc.greater(t.column(END), after)))
                 if kept:
                     row = {f.name: pa.nulls(len(kept), f.type) for f in schema}
-                    row[KIND] = pa.array(["HELD"] * len(kept), schema.field(KIND).type)
+                    row[KIND] = pa.array([Kind.HELD] * len(kept), schema.field(KIND).type)
                     row[ARROW] = pa.array(kept, pa.binary())
                     yield pa.RecordBatch.from_arrays(list(row.values()), schema=schema)
 

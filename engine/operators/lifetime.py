@@ -29,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ctistream.engine.operators.window import _OPEN, _first_at_or_above, close_edges
+from ctistream.engine.ctis import first_at_or_above_rows, keyed_rises, rising_rows
+from ctistream.engine.operators.window import _OPEN, close_edges
 from ctistream.engine.rows import (
     CTI,
     EDGE,
@@ -41,15 +42,15 @@ from ctistream.engine.rows import (
     START,
     EpochCache,
     Flow,
+    Kind,
     checkpoint,
     hold,
-    keyed_rises,
     saturating_sub,
     sql_names,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, duration_text
 from pyspark.errors import ArithmeticException
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 __all__ = ["LifetimeState", "alter_lifetime"]
@@ -58,7 +59,7 @@ __all__ = ["LifetimeState", "alter_lifetime"]
 @dataclass
 class LifetimeState:
     """The last CTI the operator emitted; with substreams, per key the largest keyed CTI
-    candidate (:func:`engine.rows.keyed_rises`); with a duration, the START edges held until a
+    candidate (:func:`engine.ctis.keyed_rises`); with a duration, the START edges held until a
     CTI passes their start (``__start``, ``__end``, ``__pos``, ``__open``, payload: as they came,
     before the move); the events dropped so far because their start landed at ``±inf`` (points,
     intervals and START edges; §5). A snapshot written without ``held`` or ``dropped`` loads
@@ -121,12 +122,7 @@ def alter_lifetime(
             *payload,
         )
     moved = flow.ctis.select(POS, move(F.col(CTI)).alias(CTI))
-    before = Window.orderBy(POS).rowsBetween(Window.unboundedPreceding, -1)
-    ctis = cache.keep(
-        moved.withColumn("__prev", F.greatest(F.lit(state.emitted), F.max(CTI).over(before)))
-        .filter(F.col(CTI) > F.col("__prev"))
-        .drop("__prev")
-    )
+    ctis = cache.keep(rising_rows(moved, state.emitted))
     last = ctis.select(F.max(CTI).alias("c"), F.lit(0).cast("long").alias("d"))
     try:  # one small job; it reads start_fn of every start and CTI of the epoch
         rows = (last if found is None else last.unionByName(found)).collect()
@@ -192,15 +188,15 @@ def _settled(
     edges = new if held is None else held.unionByName(new)
     empty = events.filter(f"{EDGE} = 'END' AND {END} <= {START}")
     edges = close_edges(edges, empty, payload).filter(_OPEN).selectExpr("*", f"{START} + 1 AS __t")
-    placed = _first_at_or_above(edges, cache.keep(flow.ctis), None, "__cpos")
+    placed = first_at_or_above_rows(edges, cache.keep(flow.ctis), None, "__cpos")
     at = "__cpos"
     if flow.keyed is not None and flow.key is not None:
         keyed = flow.keyed.withColumnRenamed(KEY, flow.key)
-        placed = _first_at_or_above(placed, keyed, flow.key, "__kpos")
+        placed = first_at_or_above_rows(placed, keyed, flow.key, "__kpos")
         at = "least(__cpos, __kpos)"  # least skips a null
     placed = cache.keep(placed.withColumn("__at", F.expr(at)))
     released = placed.filter("__at IS NOT NULL").selectExpr(
-        f"'INSERT' AS {KIND}", f"'START' AS {EDGE}", START, END, f"__at AS {POS}", *cols
+        f"'{Kind.INSERT}' AS {KIND}", f"'START' AS {EDGE}", START, END, f"__at AS {POS}", *cols
     )
     still = hold(placed.filter("__at IS NULL").selectExpr(START, END, POS, _OPEN, *cols))
     return released, still

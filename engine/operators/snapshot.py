@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ctistream.engine.ctis import rising_rows
 from ctistream.engine.operators.window import (
     close_edges,
     exact_aggregates,
@@ -124,12 +125,7 @@ def snapshot_aggregate(
             .alias(CTI),
         )
     )
-    before = Window.orderBy(POS).rowsBetween(Window.unboundedPreceding, -1)
-    out_ctis = cache.keep(
-        moved.withColumn("__prev", F.greatest(F.lit(state.emitted), F.max(CTI).over(before)))
-        .filter(F.col(CTI) > F.col("__prev"))
-        .drop("__prev")
-    )
+    out_ctis = cache.keep(rising_rows(moved, state.emitted))
     done = state.done
     last_cti = MIN_TIME
     if fresh:  # the largest endpoint below c_last, and whether an event holds c_last back

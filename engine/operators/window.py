@@ -46,6 +46,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ctistream.engine._model import Choice
+from ctistream.engine.ctis import first_at_or_above_rows, keyed_rises, risen, rising_rows
+from ctistream.engine.edges import fifo_ranked
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.exact import (
     MOMENTS,
@@ -66,13 +68,13 @@ from ctistream.engine.rows import (
     START,
     EpochCache,
     Flow,
+    Kind,
     checkpoint,
     hold,
-    keyed_rises,
     sql_names,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, duration_text
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -137,12 +139,36 @@ class WindowSpec:
         """The last window start on the grid: the largest with ``ws + size < +inf``."""
         return ((MAX_TIME - 1 - self.size) // self.hop) * self.hop
 
+    def first_after(self, t: Any) -> tuple[Any, Any]:
+        """The grid's first window that ends after ``t`` (semantics §5: an event counts in every
+        window its lifetime overlaps; the pulled-back CTI is the smallest grid start ``ws`` with
+        ``ws + size > c``), for ``t`` an ``int`` or a numpy int64 array: the smallest grid
+        start ``ws >= first_ws`` with ``ws + size > t``, and whether it is at most
+        :attr:`last_ws` (where it is not, ``ws`` is meaningless). On the driver and in the Arrow
+        function of :func:`pushed_partials`; :meth:`first_sql` is the same rule in Spark, worked
+        the same way in int64 without overflow."""
+        import numpy as np
+
+        x = np.maximum(t, self.first_ws + self.size - 1) - (self.size - 1)
+        inside = x <= self.last_ws
+        x = np.where(inside, x, self.first_ws)
+        return x + np.mod(self.hop - np.mod(x, self.hop), self.hop), inside
+
+    def last_before(self, end: Any) -> Any:
+        """The bound on the starts of the windows a lifetime ending at ``end`` overlaps: its last
+        tick ``end - 1`` (a window overlaps it when ``ws <= end - 1``), at most
+        :attr:`last_ws`; ``int`` or numpy int64 array. :meth:`last_before_sql` is the same rule
+        in Spark."""
+        import numpy as np
+
+        return np.minimum(np.maximum(end, MIN_TIME + 1) - 1, self.last_ws)
+
     def first_open(self, c: int) -> int | None:
         """The start of the earliest window still open at input CTI ``c``: the smallest grid
         start ``ws`` with ``ws + size > c``; None when no window is open (every window ends at
         or before ``c``)."""
-        ws = max(self.first_ws, ((c - self.size) // self.hop) * self.hop + self.hop)
-        return ws if ws <= self.last_ws else None
+        ws, inside = self.first_after(c)
+        return int(ws) if inside else None
 
     def pulled(self, c: int) -> int:
         """The output CTI for input CTI ``c``: the start (end, for points) of the earliest open
@@ -153,14 +179,18 @@ class WindowSpec:
         return ws + self.size if self.point_at_end else ws
 
     def first_sql(self, t: str) -> str:
-        """SQL: the smallest grid start ``ws`` with ``ws + size > t`` (``t`` a bigint SQL
-        expression) and ``ws >= first_ws``, NULL when above :attr:`last_ws`. Worked in bigint
-        without overflow for every ``t``: ``x = max(t, first_ws + size - 1) - size + 1`` lies
-        in ``[first_ws, +inf - size + 1]``, and the grid start at or above it is only computed
-        when ``x <= last_ws``."""
+        """SQL: :meth:`first_after`, the smallest grid start ``ws`` with ``ws + size > t``
+        (``t`` a bigint SQL expression) and ``ws >= first_ws``, NULL when above
+        :attr:`last_ws`. Worked in bigint without overflow for every ``t``:
+        ``x = max(t, first_ws + size - 1) - size + 1`` lies in ``[first_ws, +inf - size + 1]``,
+        and the grid start at or above it is only computed when ``x <= last_ws``."""
         x = f"(greatest({t}, {self.first_ws + self.size - 1}) - {self.size - 1})"
         up = f"{x} + pmod({self.hop} - pmod({x}, {self.hop}), {self.hop})"
         return f"(CASE WHEN {x} <= {self.last_ws} THEN {up} END)"
+
+    def last_before_sql(self, end: str) -> str:
+        """SQL: :meth:`last_before` of the bigint SQL expression ``end``."""
+        return f"least(greatest({end}, {MIN_TIME + 1}) - 1, {self.last_ws})"
 
     def pulled_sql(self, c: str) -> str:
         """:meth:`pulled` of column ``c``, as SQL text."""
@@ -190,16 +220,13 @@ class WindowState:
 
 
 def close_edges(events: DataFrame, ends: DataFrame, payload: list[str]) -> DataFrame:
-    """Give each END edge's end to the oldest open identical START edge (FIFO by position). Only
-    the open edges are ranked and joined: the other events pass by."""
+    """Give each END edge's end to the oldest open identical START edge (FIFO by position,
+    :func:`engine.edges.fifo_ranked`). Only the open edges are ranked and joined: the other
+    events pass by."""
     key = [START, *payload]
-    opened = events.filter(F.col(_OPEN)).withColumn(
-        "__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS))
-    )
-    ends = ends.withColumn("__r", F.row_number().over(Window.partitionBy(*key).orderBy(POS)))
-    o, e = opened.alias("o"), ends.alias("e")
-    on = [F.col(f"o.{k}").eqNullSafe(F.col(f"e.{k}")) for k in [*key, "__r"]]
-    joined = o.join(e.select(*key, "__r", F.col(END).alias("__new_end")).alias("e"), on, "left")
+    ends = ends.select(*key, POS, F.col(END).alias("__new_end"))
+    o, e, on = fifo_ranked(events.filter(F.col(_OPEN)), ends, key, POS, POS)
+    joined = o.join(e, on, "left")
     closed = F.col("e.__new_end").isNotNull()
     return events.filter(~F.col(_OPEN)).unionByName(
         joined.select(
@@ -289,7 +316,7 @@ def window_aggregate(
         bound = f"CASE WHEN {enough} THEN least({hi} - {size}, {spec.last_ws}) END"
         completes = f"{hi} > {lo} AND {enough}"
     first = spec.first_sql(f"greatest({START}, {lo})")
-    end_ws = f"least(greatest({END}, {MIN_TIME + 1}) - 1, {spec.last_ws})"
+    end_ws = spec.last_before_sql(END)
     opened = f"({_OPEN} OR {END} = {MAX_TIME})" if flow.unbounded else _OPEN
     if merging:
         last_ws = f"CASE WHEN {opened} THEN least({end_ws}, {bound}) ELSE {end_ws} END"
@@ -325,12 +352,8 @@ def window_aggregate(
     results = _result_rows(grouped, spec, ctis, keyed, key)
 
     pulled = spec.pulled(c_last) if c_last != MIN_TIME else MIN_TIME
-    before = f"max({CTI}) OVER (ORDER BY {POS} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
     out_ctis = cache.keep(
-        ctis.selectExpr(POS, f"{spec.pulled_sql(CTI)} AS {CTI}")
-        .withColumn("__prev", F.expr(f"greatest({state.emitted}, {before})"))
-        .filter(f"{CTI} > __prev")
-        .drop("__prev")
+        rising_rows(ctis.selectExpr(POS, f"{spec.pulled_sql(CTI)} AS {CTI}"), state.emitted)
     )
     held = None
     if c_last != MAX_TIME and (flow.edges or flow.unbounded or not merging):
@@ -342,7 +365,7 @@ def window_aggregate(
     new_state = WindowState(
         held, partials, merging, c_last, latest, max(state.emitted, pulled), key_last, exact
     )
-    rose = pulled if pulled > state.emitted else MIN_TIME
+    rose = risen(pulled, state.emitted)
     out = Flow(results, out_ctis, False, latest=rose, unbounded=False)
     if keyed is None:
         return out, new_state
@@ -692,36 +715,19 @@ def place_results(
     ``keyed`` CTIs, the earlier of that one and the first keyed CTI of the result's ``key`` value
     with value >= ``done_at``."""
     grouped = grouped.selectExpr("*", f"{done_at} AS __t")
-    placed = _first_at_or_above(grouped, ctis, None, "__cpos")
+    placed = first_at_or_above_rows(grouped, ctis, None, "__cpos")
     at = "__cpos"
     if keyed is not None:
-        placed = _first_at_or_above(placed, keyed.withColumnRenamed(KEY, key), key, "__kpos")
+        placed = first_at_or_above_rows(placed, keyed.withColumnRenamed(KEY, key), key, "__kpos")
         at = "least(__cpos, __kpos)"
     return placed.filter(f"{at} IS NOT NULL").selectExpr(
-        f"'INSERT' AS {KIND}",
+        f"'{Kind.INSERT}' AS {KIND}",
         f"CAST(NULL AS STRING) AS {EDGE}",
         f"{start} AS {START}",
         f"{end} AS {END}",
         f"{at} AS {POS}",
         *sql_names(names),
     )
-
-
-def _first_at_or_above(rows: DataFrame, ctis: DataFrame, key: str | None, name: str) -> DataFrame:
-    """``rows`` with column ``name``: the position of the first CTI (of ``ctis``, per ``key``
-    value if given) with value >= the row's ``__t``, or null. CTIs rise with their positions, so
-    that is the nearest CTI after the row in (value, CTIs after rows) order, found as the last
-    one so far in the reverse order: a running frame (linear) in the same sort, no join."""
-    part = sql_names([key]) if key is not None else []
-    both = rows.selectExpr("*", "0 AS __typ").unionByName(
-        ctis.selectExpr(*part, f"{CTI} AS __t", "1 AS __typ", f"{POS} AS __cp"),
-        allowMissingColumns=True,
-    )
-    by = f"PARTITION BY {part[0]} " if part else ""
-    after = f"{by}ORDER BY __t DESC, __typ DESC, __cp DESC"
-    after += " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
-    found = F.expr(f"last(CASE WHEN __typ = 1 THEN __cp END, true) OVER ({after})")
-    return both.withColumn(name, found).filter("__typ = 0").drop("__typ", "__cp")
 
 
 # -- partial aggregates computed where the input is scanned ---------------------------------------
@@ -851,14 +857,9 @@ def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> A
     import pyarrow.compute as pc
 
     size, hop = pushed.size, pushed.hop
-    # as WindowSpec.first_sql: in int64 without overflow near +-inf (windows lie between finite
-    # moments, docs/decisions.md)
     spec = WindowSpec(size, hop, (), ())
-    x = np.maximum(start, spec.first_ws + size - 1) - (size - 1)
-    inside = x <= spec.last_ws
-    x = np.where(inside, x, spec.first_ws)
-    first = x + np.mod(hop - np.mod(x, hop), hop)  # the first grid start >= x
-    last = np.minimum(np.maximum(end, MIN_TIME + 1) - 1, spec.last_ws)
+    first, inside = spec.first_after(start)
+    last = spec.last_before(end)
     counts = (np.maximum(last, first) - first) // hop + 1  # (no wrap where first > last)
     many = np.where(inside & (end > start) & (first <= last), counts, 0)
     if len(many) and many.min() == 1 and many.max() == 1:  # e.g. points in tumbling windows
