@@ -19,7 +19,7 @@ The fusions, each decided by one function below whose docstring says why it is s
 * which operators' outputs are checkpointed (:func:`_checkpointed`, :attr:`Step.checkpoint`)
   and whether the next epoch's ingress runs ahead (:attr:`PhysicalPlan.ingress_ahead`).
 
-A traced run (``Query.run(trace=True)``, :mod:`engine.trace`) gets the plan of
+A traced run (``Query.run(trace=True)``, :mod:`ctistream.viz.trace`) gets the plan of
 ``plan(..., traced=True)``: the trace records each input's events and each operator's own
 output, and its epochs one after another, so no fusion that hides them applies there (no pushed
 window, no packing, no lifetimes-only join, every operator's output kept, no ingress ahead).
@@ -336,7 +336,7 @@ def _lifetimes_only(node: Node, readers: dict[int, list[Node]]) -> bool:
 def _window_over_join(node: Node, readers: dict[int, list[Node]]) -> WindowSpec | None:
     """For a join that one window alone reads, that window's spec: the join may compute the
     window's partial aggregates of its pairs with a finite end, as an input's scan does for a
-    pushed window, and the window merges them with its open partials as before
+    pushed window, and the window merges them with its open partials
     (docs/decisions.md, "Operators": a join pushing pairs to its window). The join checks, on
     its output's types, that :func:`engine.operators.window.push_window` takes the aggregates,
     and that its output has no substreams."""
