@@ -7,3 +7,9 @@ the micro-batch files as one source partition; ``memory`` samples a process tree
 sides (the native one reads Kafka through ``kafka_source``, a Python data source); ``steps`` and
 ``workers`` take a started query's step apart.
 """
+
+import os
+
+# Spark binds to the machine's first non-loopback address unless told otherwise; the benchmarks'
+# only network is 127.0.0.1
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -9,6 +9,10 @@ import sys
 import pytest
 from hypothesis import HealthCheck, settings
 
+# Spark binds to the machine's first non-loopback address unless told otherwise; the tests' only
+# network is 127.0.0.1 (child processes that start a JVM or a cluster inherit this too)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
 settings.register_profile(
     "ci",
     max_examples=int(os.environ.get("CTISTREAM_EXAMPLES", "3")),
