@@ -48,6 +48,7 @@ def _one(uds: bool, jobs: int) -> list[float]:
     from ctistream.engine._spark import LEAN_SESSION
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers need this venv's pyarrow
     builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
     builder = builder.config("spark.sql.shuffle.partitions", "2")
     for key, value in LEAN_SESSION.items():

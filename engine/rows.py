@@ -257,15 +257,30 @@ class Checkpoints:
 
 def _compute_together(rdds: list[Any]) -> None:
     """Compute the JVM RDDs ``rdds`` (lazy local checkpoints) in one job: a count of their
-    union keeps each one's partitions as they are computed."""
-    if not rdds:
-        return
+    union keeps each one's partitions as they are computed. A checkpoint whose partitions a
+    job already computed (it read the checkpoint, below another checkpoint it ended at) only
+    needs its lineage cut: done on the driver, without a job."""
     sc = SparkContext._active_spark_context
     assert sc is not None and sc._gateway is not None and sc._jvm is not None
+    if rdds:
+        cached = {i.id(): i for i in sc._jsc.sc().getRDDStorageInfo()}
+        rdds = [r for r in rdds if not _cut_if_computed(r, cached.get(r.id()))]
+    if not rdds:
+        return
     together = sc._gateway.new_array(sc._jvm.org.apache.spark.api.java.JavaRDD, len(rdds))
     for k, rdd in enumerate(rdds):
         together[k] = rdd.toJavaRDD()
     sc._jsc.union(together).count()
+
+
+def _cut_if_computed(rdd: Any, info: Any) -> bool:
+    """Finish local checkpoint ``rdd`` if every partition of it is cached (``info``: its
+    ``RDDInfo``; Spark's local checkpointing then runs no job, it only cuts the lineage).
+    Whether it did."""
+    if info is None or info.numCachedPartitions() < rdd.getNumPartitions():
+        return False
+    rdd.doCheckpoint()
+    return bool(rdd.isCheckpointed())
 
 
 def leaf_rdds(df: DataFrame) -> list[Any]:
@@ -319,8 +334,14 @@ def hold(df: DataFrame) -> DataFrame:
     and every later epoch would run a task per partition. Lazy: the epoch computes all its
     state in one job at its end (:meth:`Checkpoints.release_all_but` with ``compute``), not a
     job per operator."""
+    return checkpoint(few_partitions(df), eager=False)
+
+
+def few_partitions(df: DataFrame) -> DataFrame:
+    """``df`` in at most ``spark.sql.shuffle.partitions`` partitions (no shuffle): for state
+    that is read again next epoch, so that its partitions do not add up epoch after epoch."""
     n = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    return checkpoint(df.coalesce(n), eager=False)
+    return df.coalesce(n)
 
 
 def pos_literal(arr: int, inp: int, off: int, part: int = 0, sub: int = 0) -> Column:

@@ -64,6 +64,7 @@ from ctistream.engine.rows import (
     Flow,
     Kind,
     checkpoint,
+    few_partitions,
     hold,
     keyed_inputs,
     local_ctis,
@@ -763,8 +764,11 @@ def join(
     held: list[DataFrame | None] = []
     counted: list[int | None] = [None, None]
     for i in (0, 1):
-        if handed is not None and i == big:  # handed back packed by the pairing function
-            held.append(hold(handed))
+        if handed is not None and i == big:
+            # handed back packed by the pairing function: a selection over its output's
+            # checkpoint, which the job that reads the pairs (egress, as a rule) computes, so
+            # the epoch runs no job of its own for it (its partitions stay few: _lookup_pairs)
+            held.append(handed)
         elif small_held is not None and i != big:  # collected on the driver
             kept = _still_held(small_held, latest[big])
             counted[i] = kept.num_rows
@@ -783,7 +787,11 @@ def join(
         packed=big if handed is not None else None,
     )
     rose = risen(min(latest), state.emitted)
-    out = Flow(events_out, ctis, edges and not defer, latest=rose, partials=partials)
+    # a pair's lifetime is the intersection of its events': finite where either side's is
+    unbounded = left.unbounded and right.unbounded
+    out = Flow(
+        events_out, ctis, edges and not defer, latest=rose, partials=partials, unbounded=unbounded
+    )
     if key is None:
         return out, new_state
     pairs = zip((left, right), keyed_sides, strict=True)
@@ -925,9 +933,10 @@ def _still_held(events: Any, other_latest: int) -> Any:
 def _held_of_table(spark: Any, kept: Any, schema: StructType) -> DataFrame:
     """A side's held state from its events collected on the driver (:func:`_collected_closing`)
     and still held (:func:`_still_held`), as :func:`_side_events` holds them."""
+    # the driver's rows themselves: no lineage to cut, nothing to compute at the epoch's end
     if kept.num_rows == 0:  # Spark cannot take an Arrow table of no chunks
-        return hold(spark.createDataFrame([], schema=schema))
-    return hold(spark.createDataFrame(kept.select(schema.fieldNames()), schema=schema))
+        return spark.createDataFrame([], schema=schema)
+    return spark.createDataFrame(kept.select(schema.fieldNames()), schema=schema)
 
 
 def _cogrouped(
@@ -970,7 +979,8 @@ def _lookup_pairs(
 
     chunks = packed.select(ARROW, F.lit(True).alias("__new"))
     if held is not None:
-        chunks = chunks.unionByName(held.select(ARROW, F.lit(False).alias("__new")))
+        # a union adds up its inputs' partitions: kept few, as the held chunks come from here
+        chunks = few_partitions(chunks.unionByName(held.select(ARROW, F.lit(False).alias("__new"))))
     schema = p.schema.append(pa.field(ARROW, pa.binary()))
     after = p.latest[1 - big]
 

@@ -159,3 +159,28 @@ def test_state_kept_as_lazy_checkpoints_is_computed_in_one_job_before_its_source
     assert sorted(tuple(r) for r in state.collect()) == [(k, 2 * k + 1) for k in range(5)]
     assert sorted(r[0] for r in other.collect()) == [k * 10 for k in range(10)]
     assert not old._jdf.queryExecution().analyzed().rdd().getStorageLevel().useMemory()
+
+
+def test_state_a_job_already_computed_is_cut_from_its_source_without_another_job(app):
+    # A lookup join's held events are a selection over its pairs' lazy checkpoint, which egress
+    # computes while it reads the window above it; Spark then marks only the checkpoint the job
+    # ended at (the window's) as done. The pairs' partitions are all cached: the epoch's end only
+    # cuts their lineage, with no job (a steady B2 epoch runs one job fewer).
+    spark = app.spark
+    held = Checkpoints()
+    with held.recording():
+        pairs = checkpoint(spark.range(10).selectExpr("id AS k", "id * 2 AS v"), eager=False)
+        state = pairs.filter("k < 5")
+        above = checkpoint(pairs.groupBy().sum("v"), eager=False)
+    assert above.collect()[0][0] == 90  # 2 * (0 + 1 + ... + 9): the "egress" job
+    rdd = pairs._jdf.queryExecution().analyzed().rdd()
+    assert not rdd.isCheckpointed()  # computed, but not marked by that job
+    sc = spark.sparkContext
+    sc.setJobGroup("cut-state", "the epoch's state")
+    try:
+        held.release_all_but([state], compute=True)
+    finally:
+        sc.setJobGroup(None, None)  # type: ignore[arg-type]
+    assert len(sc.statusTracker().getJobIdsForGroup("cut-state")) == 0
+    assert rdd.isCheckpointed()
+    assert sorted(tuple(r) for r in state.collect()) == [(k, 2 * k) for k in range(5)]
