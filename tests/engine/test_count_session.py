@@ -347,7 +347,7 @@ def test_session_window_refuses_a_timeout_or_max_duration_that_is_not_a_positive
     assert text in str(got.value)
 
 
-def test_explain_shows_count_and_session_windows():
+def test_explain_shows_count_and_session_windows(app):
     stream = _input()
     counted = stream.count_window(3).group_by("k").aggregate(n=F.count("*"))
     assert counted.explain().splitlines()[0] == (
