@@ -4,6 +4,7 @@ runs on Spark in one epoch and cut into several, and through the reference inter
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -329,8 +330,8 @@ def test_count_window_refuses_n_that_is_not_a_positive_int(n, error, text):
         (
             (timedelta(0),),
             ValueError,
-            "session_window(): timeout must be at least 1 tick (1 µs); got datetime.timedelta(0) (0 ticks)."
-            " Fix: pass a positive duration",
+            "session_window(): timeout must be at least 1 tick (1 µs); got "
+            "datetime.timedelta(0) (0 ticks). Fix: pass a positive duration",
         ),
         (
             ("30 seconds", "-1 minute"),
@@ -362,3 +363,85 @@ def test_explain_shows_count_and_session_windows(app):
             "CTI: the older of the input's CTI and the start of the earliest session still open"
         )
     )
+
+
+# -- restart ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("window", "sums"),
+    [
+        # count_window(2) per id: id 0 starts 1, 4, 10, 20, 30 s: windows {1,4} {4,10} {10,20}
+        # {20,30} (v 5, 14, 30, 50); id 1 starts 2, 9, 12, 21: {2,9} {9,12} {12,21} (11, 21, 33)
+        ("count", [5.0, 11.0, 14.0, 21.0, 30.0, 33.0, 50.0]),
+        # session_window(5 s) per id (a point at t reaches t + 1 µs + 5 s): id 0: {1, 4} (v 5),
+        # {10}, {20}, {30}; id 1: {2}, {9, 12} (v 21), {21}
+        ("session", [2.0, 5.0, 10.0, 20.0, 21.0, 21.0, 30.0]),
+    ],
+)
+def test_count_and_session_windows_resume_from_their_checkpointed_state(
+    app, kafka_broker, tmp_path, window, sums
+):
+    # The query crashes after its first epoch (its state snapshot written) and starts again on
+    # its checkpoint: the open windows and sessions come back from the snapshot, and the output
+    # equals a run that never stopped.
+    from ctistream.adapters.files import FileOutputConfig, FileOutputFactory
+    from ctistream.adapters.kafka import KafkaInputFactory
+    from ctistream.engine import AdapterAdvanceTimeSettings, AdvanceTimePolicy
+
+    from tests.adapters import test_kafka as kf
+    from tests.adapters.test_files_query import iso, read_output
+
+    every_event = AdapterAdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(1, timedelta(0), True), AdvanceTimePolicy.DROP
+    )
+    b = kafka_broker.bootstrap
+    seconds = [1, 2, 4, 9, 10, 12, 20, 21, 30]
+    records = [
+        (0, {"ts": iso(s), "id": n % 2, "v": float(s)}, kf.ARRIVAL_MS + n, None)
+        for n, s in enumerate(seconds)
+    ]
+
+    def query(topic, out):
+        stream = Stream.create(
+            "live",
+            KafkaInputFactory(),
+            kf.input_config(b, topic, time_field="ts", advance_time=every_event),
+            EventShape.POINT,
+        )
+        if window == "count":
+            windowed = stream.count_window(2)
+        else:
+            windowed = stream.session_window("5 seconds")
+        result = windowed.group_by("id").aggregate(n=F.count("*"), s=F.sum("v"))
+        return result.to_query(
+            app,
+            f"{window}-{uuid.uuid4().hex[:6]}",
+            FileOutputFactory(),
+            FileOutputConfig(path=str(out)),
+            EventShape.INTERVAL,
+        )
+
+    source = kafka_broker.create_topic()
+    kf.produce(b, source, records[:5])
+    out, ckpt = tmp_path / "out.jsonl", tmp_path / "ckpt"
+    first = query(source, out)
+    first.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
+    first.step()  # epoch 0, its state written
+    # crash: dropped without stop()
+    kf.produce(b, source, records[5:])
+    again = query(source, out)
+    again.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
+    again.step()
+    again.stop()
+
+    clean_source, clean_out = kafka_broker.create_topic(), tmp_path / "clean.jsonl"
+    kf.produce(b, clean_source, records)
+    clean = query(clean_source, clean_out)
+    clean.start(trigger=None, checkpoint=tmp_path / "clean-ckpt")
+    clean.step()
+    clean.stop()
+    got = read_output(out)
+    assert sorted(r[2]["s"] for r in got if r[0] == "INSERT") == sums
+    assert got[-1] == ("CTI", "+inf", {})
+    assert out.read_text() == clean_out.read_text()
