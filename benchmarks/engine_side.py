@@ -1,7 +1,8 @@
 """The engine's side of B1 and B2, over the files written by :mod:`benchmarks.data`.
 
 B1: the data stream (POINT at ``start``, arrival from ``arrival``), CTIs by count 1000 with a 5 s
-delay and DROP, tumbling 1-minute count per key. B2: the same stream joined on ``key`` with the
+delay and DROP, tumbling 1-minute count per key. B3: the same stream, a count per session of each
+key (``session_window`` with a 30 s timeout). B2: the same stream joined on ``key`` with the
 reference stream (EDGE, importing the data stream's CTIs, ADJUST), then a hopping 1-minute /
 10-second average of ``v`` per key. One epoch per data file: the cuts are the arrival stamps at
 which the files start, so the engine's epochs are the native query's micro-batches. P: the data
@@ -111,6 +112,9 @@ def _run(
     elif which == "B1":
         out = data.tumbling_window(timedelta(minutes=1)).group_by("key").aggregate(n=F.count("*"))
         value = "n"
+    elif which == "B3":
+        sessions = data.session_window(timedelta(seconds=30)).group_by("key")
+        out, value = sessions.aggregate(n=F.count("*")), "n"
     else:
         joined = data.join(ref_stream(meta), on="key")
         out = (

@@ -2,7 +2,8 @@
 
 B1: ``readStream`` of the data directory, one file per micro-batch (``maxFilesPerTrigger=1``),
 ``withWatermark("start", "5 seconds")``, ``groupBy(window("start", "1 minute"), "key").count()``,
-append mode, trigger ``availableNow``. B2: the same stream joined (stream-static) with the
+append mode, trigger ``availableNow``. B3: the same with ``session_window("start", "30
+seconds")`` per key. B2: the same stream joined (stream-static) with the
 reference's latest value per key, then ``window("start", "1 minute", "10 seconds")`` and ``avg(v)``.
 P: the stream as read, no watermark, to the sink. The sink is ``foreachBatch``, which counts the
 rows (and collects them when asked) and counts the batch's Spark jobs (the query's job
@@ -46,6 +47,9 @@ def query(spark: SparkSession, which: str, meta: dict) -> tuple[DataFrame, str]:
     if which == "B1":
         agg = stream.groupBy(F.window("start", "1 minute"), "key").agg(F.count("*").alias("n"))
         return agg, "n"
+    if which == "B3":
+        session = F.session_window("start", "30 seconds").alias("window")
+        return stream.groupBy(session, "key").agg(F.count("*").alias("n")), "n"
     joined = stream.join(latest_reference(spark, meta["ref_path"]), "key")
     agg = joined.groupBy(F.window("start", "1 minute", "10 seconds"), "key").agg(
         F.avg("v").alias("avg_v")

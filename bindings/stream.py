@@ -17,12 +17,14 @@ from ctistream.engine.operators.join import output_columns
 from ctistream.engine.operators.window import WindowOutput
 from ctistream.engine.plan import (
     AntiJoinNode,
+    CountWindowNode,
     InputNode,
     JoinNode,
     LifetimeNode,
     MergeNode,
     Node,
     SelectNode,
+    SessionWindowNode,
     SnapshotNode,
     UnionNode,
     WhereNode,
@@ -260,7 +262,7 @@ def _payload_frame(spark: SparkSession, node: Node, memo: dict[int, DataFrame]) 
         names = output_columns(left.columns, right.columns)[len(left.columns) :]
         renamed = [F.col(f"`{c}`").alias(n) for c, n in zip(right.columns, names, strict=True)]
         frame = left.crossJoin(right.select(*renamed))
-    elif isinstance(node, WindowNode | SnapshotNode):
+    elif isinstance(node, WindowNode | SnapshotNode | CountWindowNode | SessionWindowNode):
         aggregates = [col.alias(name) for name, col in node.aggregates]
         frame = inputs[0].groupBy(*node.keys).agg(*aggregates)
     elif isinstance(node, UnionNode):  # by name, as engine.operators.basic.union
@@ -597,6 +599,57 @@ class Stream:
         and ``aggregate``. Output CTI: the start of the snapshot that contains the input CTI."""
         return WindowedStream(self, 0, 0, WindowOutput.WINDOW, call="snapshot_window()")
 
+    def count_window(self, n: int) -> WindowedStream:
+        """Count windows (StreamInsight's count-by-start-time window, semantics §5): per group,
+        each run of ``n`` consecutive distinct start times is a window holding the events that
+        start at them; one result per complete window, a point at its last start time, once the
+        CTI passes it. Follow with ``group_by`` and ``aggregate``. Output CTI: the input's."""
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(
+                f"count_window(n={n!r}): n is the number of distinct start times per window, "
+                f"an int; got a {type(n).__name__}. Fix: pass a whole number, e.g. "
+                "count_window(5)"
+            )
+        if n < 1:
+            raise ValueError(
+                f"count_window(n={n!r}): n is the number of distinct start times per window, "
+                f"at least 1; got {n}. Fix: pass n >= 1, e.g. count_window(5)"
+            )
+        return WindowedStream(
+            self,
+            0,
+            0,
+            WindowOutput.WINDOW,
+            call=f"count_window({n})",
+            build=lambda node, keys, aggs, call: CountWindowNode(node, n, keys, aggs, call=call),
+        )
+
+    def session_window(
+        self, timeout: timedelta | str, max_duration: timedelta | str | None = None
+    ) -> WindowedStream:
+        """Session windows (ASA SessionWindow, semantics §5): per group, events in start order
+        join the open session while they start before its reach (the largest end so far +
+        ``timeout``); with ``max_duration``, a session still open at a multiple of it (from 0)
+        at least ``max_duration`` after its start ends there. One result per session, its
+        lifetime ``[first start, end)``, once the CTI reaches its end. Follow with ``group_by``
+        and ``aggregate``. Output CTI: the older of the input CTI and the start of the earliest
+        session still open. Durations are positive (semantics §1), e.g. ``"30 seconds"``."""
+        gap = _positive(timeout, "timeout", "session_window()")
+        most = None
+        if max_duration is not None:
+            most = _positive(max_duration, "max_duration", "session_window()")
+        shown = [timeout] if max_duration is None else [timeout, max_duration]
+        return WindowedStream(
+            self,
+            0,
+            0,
+            WindowOutput.WINDOW,
+            call=_call("session_window", *shown),
+            build=lambda node, keys, aggs, call: SessionWindowNode(
+                node, gap, most, keys, aggs, call=call
+            ),
+        )
+
     def merge_substreams(self) -> Stream:
         """This stream with its substreams merged into one timeline: no :attr:`substream_key`
         and only the CTIs valid for every key (its keyed CTIs are dropped), so operators that
@@ -628,6 +681,8 @@ class WindowedStream:
         keys: tuple[str, ...] = (),
         *,
         call: str = "window()",
+        build: Callable[[Node, tuple[str, ...], tuple[tuple[str, Column], ...], str], Node]
+        | None = None,
     ) -> None:
         self._source, self._size, self._hop, self._output, self._keys = (
             source,
@@ -637,6 +692,7 @@ class WindowedStream:
             keys,
         )
         self._call = call
+        self._build = build  # the plan node of a window other than the grid and snapshot ones
 
     def group_by(self, *keys: str) -> WindowedStream:
         """Group each window's events by these payload columns: one result per group. A
@@ -644,7 +700,13 @@ class WindowedStream:
         if not keys or not all(isinstance(k, str) and k for k in keys):
             raise ValueError(f"group_by() takes payload column names; got {keys!r}")
         return WindowedStream(
-            self._source, self._size, self._hop, self._output, keys, call=self._call
+            self._source,
+            self._size,
+            self._hop,
+            self._output,
+            keys,
+            call=self._call,
+            build=self._build,
         )
 
     def aggregate(self, **aggregates: Column) -> Stream:
@@ -663,6 +725,10 @@ class WindowedStream:
         op = self._call.split("(", 1)[0]
         rule = partial(_group_rule, call, op, self._keys)
         node = self._source.node
+        if self._build is not None:
+            return self._source._then(
+                self._build(node, self._keys, tuple(aggregates.items()), call), rule
+            )
         if self._size == 0:  # a snapshot window
             return self._source._then(
                 SnapshotNode(node, self._keys, tuple(aggregates.items()), call=call), rule

@@ -19,12 +19,14 @@ from ctistream.engine.errors import QueryBuildError, spark_message, unknown_colu
 from ctistream.engine.operators.join import output_columns
 from ctistream.engine.plan import (
     AntiJoinNode,
+    CountWindowNode,
     InputNode,
     JoinNode,
     LifetimeNode,
     MergeNode,
     Node,
     SelectNode,
+    SessionWindowNode,
     SnapshotNode,
     UnionNode,
     WhereNode,
@@ -118,7 +120,7 @@ def _payload(
                     "end it with .cast('bigint')"
                 )
         return schema
-    if isinstance(node, WindowNode | SnapshotNode):
+    if isinstance(node, WindowNode | SnapshotNode | CountWindowNode | SessionWindowNode):
         return _aggregate(spark, call, out[id(node.child)], node.keys, node.aggregates)
     if isinstance(node, JoinNode | AntiJoinNode):
         left, right = out[id(node.left)], out[id(node.right)]

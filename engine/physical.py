@@ -38,12 +38,14 @@ from ctistream.engine.ingress import InputSpec, driver_compares
 from ctistream.engine.operators.window import PushedWindow, WindowSpec, push_window
 from ctistream.engine.plan import (
     AntiJoinNode,
+    CountWindowNode,
     InputNode,
     JoinNode,
     LifetimeNode,
     MergeNode,
     Node,
     SelectNode,
+    SessionWindowNode,
     SnapshotNode,
     UnionNode,
     WhereNode,
@@ -54,12 +56,14 @@ from pyspark.sql import SparkSession
 
 __all__ = [
     "AntiJoinStep",
+    "CountWindowStep",
     "InputScan",
     "JoinStep",
     "LifetimeStep",
     "MergeStep",
     "PhysicalPlan",
     "SelectStep",
+    "SessionWindowStep",
     "SnapshotStep",
     "Step",
     "UnionStep",
@@ -138,6 +142,18 @@ class WindowStep(Step):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class SnapshotStep(Step):
     node: SnapshotNode
+    stateful: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CountWindowStep(Step):
+    node: CountWindowNode
+    stateful: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SessionWindowStep(Step):
+    node: SessionWindowNode
     stateful: ClassVar[bool] = True
 
 
@@ -250,6 +266,8 @@ _STEPS: dict[type[Node], type[Step]] = {
     MergeNode: MergeStep,
     LifetimeNode: LifetimeStep,
     SnapshotNode: SnapshotStep,
+    CountWindowNode: CountWindowStep,
+    SessionWindowNode: SessionWindowStep,
     AntiJoinNode: AntiJoinStep,
     UnionNode: UnionStep,
 }

@@ -19,12 +19,14 @@ from pyspark.sql import Column
 
 __all__ = [
     "AntiJoinNode",
+    "CountWindowNode",
     "InputNode",
     "JoinNode",
     "LifetimeNode",
     "MergeNode",
     "Node",
     "SelectNode",
+    "SessionWindowNode",
     "SnapshotNode",
     "UnionNode",
     "WhereNode",
@@ -295,6 +297,48 @@ class SnapshotNode(Node):
 
     def label(self) -> str:
         return f"snapshot_window{_aggregates(self.keys, self.aggregates)}"
+
+
+@dataclass(eq=False)
+class CountWindowNode(Node):
+    """A count window (``n`` distinct start times per group) with named aggregate Columns."""
+
+    child: Node
+    n: int
+    keys: tuple[str, ...]
+    aggregates: tuple[tuple[str, Column], ...]
+
+    cti_rule: ClassVar[str] = "the input's, unchanged (§5)"
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
+
+    def label(self) -> str:
+        return f"count_window {self.n}{_aggregates(self.keys, self.aggregates)}"
+
+
+@dataclass(eq=False)
+class SessionWindowNode(Node):
+    """A session window (gap ``timeout``, optional ``max_duration``, in ticks) with grouping
+    keys and named aggregate Columns."""
+
+    child: Node
+    timeout: int
+    max_duration: int | None
+    keys: tuple[str, ...]
+    aggregates: tuple[tuple[str, Column], ...]
+
+    cti_rule: ClassVar[str] = (
+        "the older of the input's CTI and the start of the earliest session still open (§5)"
+    )
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
+
+    def label(self) -> str:
+        most = f" max_duration {duration_text(self.max_duration)}" if self.max_duration else ""
+        window = f"session_window timeout {duration_text(self.timeout)}{most}"
+        return f"{window}{_aggregates(self.keys, self.aggregates)}"
 
 
 @dataclass(eq=False)

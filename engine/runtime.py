@@ -54,6 +54,12 @@ from ctistream.engine.operators import (
     where,
 )
 from ctistream.engine.operators.anti_join import AntiJoinState, anti_join
+from ctistream.engine.operators.count_session import (
+    CountState,
+    SessionState,
+    count_aggregate,
+    session_aggregate,
+)
 from ctistream.engine.operators.join import JoinState, join
 from ctistream.engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from ctistream.engine.operators.window import (
@@ -69,11 +75,13 @@ from ctistream.engine.ordering import (
 from ctistream.engine.packed import count_rows
 from ctistream.engine.physical import (
     AntiJoinStep,
+    CountWindowStep,
     JoinStep,
     LifetimeStep,
     MergeStep,
     PhysicalPlan,
     SelectStep,
+    SessionWindowStep,
     SnapshotStep,
     Step,
     UnionStep,
@@ -781,6 +789,28 @@ def _run_snapshot(step: SnapshotStep, inputs: list[Flow], st: Any, cache: EpochC
     return snapshot_aggregate(inputs[0], node.keys, node.aggregates, st or SnapshotState(), cache)
 
 
+def _run_count(step: CountWindowStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    node = step.node
+    flow = inputs[0].merged()  # global CTIs only (engine.operators.count_session)
+    return count_aggregate(
+        flow, node.n, node.keys, node.aggregates, st or CountState(), cache, node.call
+    )
+
+
+def _run_session(step: SessionWindowStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    node = step.node
+    return session_aggregate(
+        inputs[0].merged(),
+        node.timeout,
+        node.max_duration,
+        node.keys,
+        node.aggregates,
+        st or SessionState(),
+        cache,
+        node.call,
+    )
+
+
 def _run_join(step: JoinStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
     return join(inputs[0], inputs[1], step, st or JoinState(), cache)
 
@@ -801,6 +831,8 @@ _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]
     LifetimeStep: _run_lifetime,
     WindowStep: _run_window,
     SnapshotStep: _run_snapshot,
+    CountWindowStep: _run_count,
+    SessionWindowStep: _run_session,
     JoinStep: _run_join,
     AntiJoinStep: _run_anti_join,
     UnionStep: _run_union,

@@ -40,9 +40,11 @@ from tests.reference import (
     AlterEventLifetime,
     AntiJoin,
     Binding,
+    CountWindow,
     Input,
     Join,
     Select,
+    SessionWindow,
     ShiftEventTime,
     Snapshot,
     ToPoint,
@@ -894,6 +896,52 @@ def test_snapshot_windows_match_the_reference(app, data, case, shape, keyed, pre
     _agree(app, case, plan, build, shape, 1, cuts)
 
 
+#: count and session windows (semantics §5): the reference's node and the Spark call, by name
+COUNT_SESSION = {
+    "count2": (lambda n, k, a: CountWindow(n, 2, k, a), lambda s: s.count_window(2)),
+    "count3": (lambda n, k, a: CountWindow(n, 3, k, a), lambda s: s.count_window(3)),
+    "session3": (
+        lambda n, k, a: SessionWindow(n, 3, None, k, a),
+        lambda s: s.session_window(TICK * 3),
+    ),
+    "session4-max10": (
+        lambda n, k, a: SessionWindow(n, 4, 10, k, a),
+        lambda s: s.session_window(TICK * 4, TICK * 10),
+    ),
+}
+
+
+@given(
+    data=st.data(),
+    case=cases(max_inputs=2, max_items=18, forever=True, extremes=True),
+    shape=SHAPES,
+    window=st.sampled_from(sorted(COUNT_SESSION)),
+    keyed=st.booleans(),
+    pre=st.sampled_from(["-", "where", "shift-7"]),
+)
+def test_count_and_session_windows_match_the_reference(app, data, case, shape, window, keyed, pre):
+    cuts = data.draw(epoch_cuts(case.length))
+    names = list(case.shapes)
+    keys = ("k",) if keyed else ()
+    plan = Union(tuple(Input(n) for n in names)) if len(names) > 1 else Input(names[0])
+    if pre != "-":
+        plan = UNARY[pre][0](plan)
+    node, call = COUNT_SESSION[window]
+    plan = node(plan, keys, (("n", len), ("s", lambda rows: sum(r["v"] for r in rows))))
+
+    def build(s):
+        first, *rest = (s[n] for n in names)
+        stream = first.union(*rest) if rest else first
+        if pre != "-":
+            stream = UNARY[pre][1](stream)
+        windowed = call(stream)
+        if keys:
+            windowed = windowed.group_by(*keys)
+        return windowed.aggregate(n=F.count("*"), s=F.sum("v"))
+
+    _agree(app, case, plan, build, shape, 1, cuts)
+
+
 #: aggregates over doubles (semantics §4): the reference's exact definitions and Spark's Columns
 #: (made in the test: they need the session); "sum, avg" merge as partial aggregates, "stddev"
 #: does not
@@ -913,7 +961,7 @@ DOUBLE_AGGREGATES = {
     data=st.data(),
     case=cases(max_inputs=2, max_items=20, doubles=True),
     shape=SHAPES,
-    window=st.sampled_from(["tumbling", "hopping", "snapshot"]),
+    window=st.sampled_from(["tumbling", "hopping", "snapshot", "count2", "session3"]),
     aggregates=st.sampled_from(sorted(DOUBLE_AGGREGATES)),
     keyed=st.booleans(),
     pre=st.sampled_from(["-", "where"]),
@@ -933,6 +981,8 @@ def test_aggregates_of_doubles_match_the_reference_bit_for_bit(
     size, hop = (10, 10) if window == "tumbling" else (10, 4)
     if window == "snapshot":
         plan = Snapshot(plan, keys, reference)
+    elif window in COUNT_SESSION:
+        plan = COUNT_SESSION[window][0](plan, keys, reference)
     else:
         plan = Window(plan, size, hop, keys, reference)
 
@@ -943,6 +993,8 @@ def test_aggregates_of_doubles_match_the_reference_bit_for_bit(
             stream = UNARY[pre][1](stream)
         if window == "snapshot":
             windowed = stream.snapshot_window()
+        elif window in COUNT_SESSION:
+            windowed = COUNT_SESSION[window][1](stream)
         else:
             windowed = stream.hopping_window(TICK * size, TICK * hop)
         if keys:
@@ -959,7 +1011,11 @@ def compositions(draw, names: tuple[str, ...], budget: int):
     if budget == 0 or draw(st.integers(0, 4)) == 0:
         name = draw(st.sampled_from(names))
         return Input(name), (lambda s: s[name]), 0
-    op = draw(st.sampled_from(["unary", "window", "snapshot", "union", "join", "anti_join"]))
+    op = draw(
+        st.sampled_from(
+            ["unary", "window", "snapshot", "union", "join", "anti_join", "count", "session"]
+        )
+    )
     if op in ("union", "join", "anti_join"):
         lp, lb, ln = draw(compositions(names, budget - 1))
         rp, rb, rn = draw(compositions(names, budget - 1 - ln))
@@ -981,6 +1037,12 @@ def compositions(draw, names: tuple[str, ...], budget: int):
         build = lambda s: (  # noqa: E731
             cb(s).hopping_window(TICK * size, TICK * hop).group_by("k").aggregate(v=F.count("*"))
         )
+        return plan, build, cn + 1
+    if op in ("count", "session"):
+        name = draw(st.sampled_from(sorted(w for w in COUNT_SESSION if w.startswith(op))))
+        node, call = COUNT_SESSION[name]
+        plan = node(cp, ("k",), (("v", len),))
+        build = lambda s: call(cb(s)).group_by("k").aggregate(v=F.count("*"))  # noqa: E731
         return plan, build, cn + 1
     plan = Snapshot(cp, ("k",), (("v", len),))
     build = lambda s: cb(s).snapshot_window().group_by("k").aggregate(v=F.count("*"))  # noqa: E731

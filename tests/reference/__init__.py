@@ -1,5 +1,6 @@
 """The reference interpreter of the temporal contract: the oracle for the Spark engine's tests."""
 
+from .count_session import CountWindow, SessionWindow
 from .interpreter import (
     AlterEventDuration,
     AlterEventLifetime,
@@ -30,6 +31,7 @@ __all__ = [
     "AlterEventLifetime",
     "AntiJoin",
     "Binding",
+    "CountWindow",
     "Input",
     "Join",
     "KeyedCti",
@@ -37,6 +39,7 @@ __all__ = [
     "Node",
     "Result",
     "Select",
+    "SessionWindow",
     "ShiftEventTime",
     "Snapshot",
     "ToPoint",

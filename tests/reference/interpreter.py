@@ -915,6 +915,15 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) 
         return _anti_join(node, left, _global_only(_evaluate(node.right, inputs, dropped)))
     if isinstance(node, Snapshot):
         return _snapshot(node, _global_only(_evaluate(node.child, inputs, dropped)))
+    from . import count_session  # its operators (it imports this module's rows)
+
+    if isinstance(node, count_session.CountWindow):
+        return count_session.count_window(
+            node, _global_only(_evaluate(node.child, inputs, dropped))
+        )
+    if isinstance(node, count_session.SessionWindow):
+        rows = _global_only(_evaluate(node.child, inputs, dropped))
+        return count_session.session_window(node, rows)
     raise TypeError(f"not a plan node: {node!r}")
 
 
