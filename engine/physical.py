@@ -38,6 +38,8 @@ from ctistream.engine.ingress import InputSpec, driver_compares
 from ctistream.engine.operators.window import PushedWindow, WindowSpec, push_window
 from ctistream.engine.plan import (
     AntiJoinNode,
+    GroupApplyNode,
+    GroupNode,
     InputNode,
     JoinNode,
     LifetimeNode,
@@ -54,6 +56,8 @@ from pyspark.sql import SparkSession
 
 __all__ = [
     "AntiJoinStep",
+    "GroupApplyStep",
+    "GroupStep",
     "InputScan",
     "JoinStep",
     "LifetimeStep",
@@ -173,6 +177,20 @@ class UnionStep(Step):
     stateful: ClassVar[bool] = True
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class GroupStep(Step):
+    """A group's input in ``group_apply``: passes its input (engine.operators.group_apply)."""
+
+    node: GroupNode
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class GroupApplyStep(Step):
+    """``group_apply``'s output: passes fn's rewritten plan's (engine.operators.group_apply)."""
+
+    node: GroupApplyNode
+
+
 @dataclass(frozen=True, eq=False)
 class PhysicalPlan:
     """How a query runs: ``scans`` in import order (an input after the one it imports CTIs from),
@@ -252,6 +270,8 @@ _STEPS: dict[type[Node], type[Step]] = {
     SnapshotNode: SnapshotStep,
     AntiJoinNode: AntiJoinStep,
     UnionNode: UnionStep,
+    GroupNode: GroupStep,
+    GroupApplyNode: GroupApplyStep,
 }
 
 

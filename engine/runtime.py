@@ -54,6 +54,7 @@ from ctistream.engine.operators import (
     where,
 )
 from ctistream.engine.operators.anti_join import AntiJoinState, anti_join
+from ctistream.engine.operators.group_apply import pass_through
 from ctistream.engine.operators.join import JoinState, join
 from ctistream.engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from ctistream.engine.operators.window import (
@@ -69,6 +70,8 @@ from ctistream.engine.ordering import (
 from ctistream.engine.packed import count_rows
 from ctistream.engine.physical import (
     AntiJoinStep,
+    GroupApplyStep,
+    GroupStep,
     JoinStep,
     LifetimeStep,
     MergeStep,
@@ -804,6 +807,8 @@ _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]
     JoinStep: _run_join,
     AntiJoinStep: _run_anti_join,
     UnionStep: _run_union,
+    GroupStep: pass_through,
+    GroupApplyStep: pass_through,
 }
 
 
