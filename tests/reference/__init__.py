@@ -1,5 +1,6 @@
 """The reference interpreter of the temporal contract: the oracle for the Spark engine's tests."""
 
+from .group_apply import GroupApply
 from .interpreter import (
     AlterEventDuration,
     AlterEventLifetime,
@@ -30,6 +31,7 @@ __all__ = [
     "AlterEventLifetime",
     "AntiJoin",
     "Binding",
+    "GroupApply",
     "Input",
     "Join",
     "KeyedCti",

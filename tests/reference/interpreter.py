@@ -123,6 +123,7 @@ from ctistream.engine.temporal import (
     saturating_sub,
 )
 
+from .group_apply import GroupApply, evaluate_group_apply
 from .ordering import Decision, Ordering
 
 __all__ = [
@@ -413,6 +414,7 @@ Node = (
     | AlterEventLifetime
     | ToPoint
     | Window
+    | GroupApply
 )
 
 
@@ -915,6 +917,9 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) 
         return _anti_join(node, left, _global_only(_evaluate(node.right, inputs, dropped)))
     if isinstance(node, Snapshot):
         return _snapshot(node, _global_only(_evaluate(node.child, inputs, dropped)))
+    if isinstance(node, GroupApply):
+        rows = _evaluate(node.child, inputs, dropped)
+        return evaluate_group_apply(node, rows, _evaluate, inputs, _union, Input)
     raise TypeError(f"not a plan node: {node!r}")
 
 
