@@ -54,7 +54,7 @@ from ctistream.engine.operators import (
     where,
 )
 from ctistream.engine.operators.anti_join import AntiJoinState, anti_join
-from ctistream.engine.operators.group_apply import pass_through
+from ctistream.engine.operators.group_apply import group_input, pass_through
 from ctistream.engine.operators.join import JoinState, join
 from ctistream.engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from ctistream.engine.operators.window import (
@@ -807,7 +807,7 @@ _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]
     JoinStep: _run_join,
     AntiJoinStep: _run_anti_join,
     UnionStep: _run_union,
-    GroupStep: pass_through,
+    GroupStep: group_input,
     GroupApplyStep: pass_through,
 }
 

@@ -28,9 +28,10 @@ events (a snapshot of one group would be cut at every other group's endpoints), 
 whose input may hold events that end at +inf (at the CTI +inf such an event counts up to the
 latest finite moment of its own group, which one window over all groups does not track).
 
-The runtime runs :class:`~engine.plan.GroupNode` and :class:`~engine.plan.GroupApplyNode` as
-:func:`pass_through`: their output is their input's flow, and they hold no state, so the
-query's state is the groups' own operators' state.
+The runtime runs :class:`~engine.plan.GroupNode` as :func:`group_input` (the input's events
+and CTIs; keyed CTIs of substreams are merged there) and :class:`~engine.plan.GroupApplyNode`
+as :func:`pass_through`; neither holds state, so the query's state is the groups' own
+operators' state.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from ctistream.engine.plan import (
 from ctistream.engine.rows import EpochCache, Flow
 from pyspark.sql import Column
 
-__all__ = ["TAKES_KEYS", "pass_through", "rewrite"]
+__all__ = ["TAKES_KEYS", "group_input", "pass_through", "rewrite"]
 
 #: ``passes(column)``: the payload column a select column passes through under its own name
 #: (``"*"`` for all), or None (bindings.stream's reading of a Column)
@@ -67,8 +68,14 @@ Passes = Callable[[Column | str], str | None]
 
 
 def pass_through(step: Any, inputs: list[Flow], _: Any, cache: EpochCache) -> tuple:
-    """Executor of a group's input and of ``group_apply``'s output: the input flow, no state."""
+    """Executor of ``group_apply``'s output: fn's rewritten plan's flow, no state."""
     return inputs[0], None
+
+
+def group_input(step: Any, inputs: list[Flow], _: Any, cache: EpochCache) -> tuple:
+    """Executor of the group's stream ``fn`` is given: the input's events and CTIs, its keyed
+    CTIs merged (dropped, as at a snapshot: docs/decisions.md, "Group and Apply"), no state."""
+    return inputs[0].merged(), None
 
 
 class _Rewrite:

@@ -4,7 +4,12 @@ build errors with their fix, and ``explain()``."""
 
 from __future__ import annotations
 
+import itertools
+from datetime import timedelta
+
 import pytest
+from ctistream.adapters.files import FileOutputConfig, FileOutputFactory
+from ctistream.adapters.kafka import KafkaInputFactory
 from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
@@ -15,18 +20,42 @@ from ctistream.adapters.memory import (
 from ctistream.bindings import Stream
 from ctistream.engine import (
     TICK,
+    AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
+    AdvanceTimePolicy,
     AdvanceTimeSettings,
     EventShape,
     point,
 )
 from ctistream.engine.errors import QueryBuildError
+from hypothesis import given
 from pyspark.sql import functions as F
 
+from tests.adapters import test_kafka as kf
+from tests.adapters.test_files_query import iso, read_output
+from tests.engine.test_ordering import COLUMNS as ORDERED_COLUMNS
+from tests.engine.test_ordering import SCHEMA as ORDERED_SCHEMA
+from tests.engine.test_ordering import ordered_cases
 from tests.harness import In, spark_run
+from tests.reference import (
+    Binding,
+    GroupApply,
+    Input,
+    MergeSubstreams,
+    ShiftEventTime,
+    Union,
+    Window,
+    run_reference,
+)
 from tests.reference import test_group_apply as hand
 
+_names = itertools.count()
+
 EVERY = hand.EVERY
+#: an adapter's settings: a CTI at every event's start, later events dropped, +inf on stop
+EVERY_EVENT = AdapterAdvanceTimeSettings(
+    AdvanceTimeGenerationSettings(1, timedelta(0), True), AdvanceTimePolicy.DROP
+)
 
 
 @pytest.mark.parametrize("epochs", [1, [2, 4]])
@@ -200,5 +229,129 @@ def test_a_union_with_another_stream_is_refused():
 
 
 def test_a_snapshot_inside_group_apply_is_refused_with_the_fix():
-    with pytest.raises(QueryBuildError, match="snapshot_window.*is not supported inside"):
+    with pytest.raises(QueryBuildError, match=r"snapshot_window.*is not supported inside"):
         _stream().group_apply("k", lambda g: g.snapshot_window().aggregate(n=F.count("*")))
+
+
+# -- substreams: the key kept ----------------------------------------------------------------------
+@given(case=ordered_cases())
+def test_group_apply_by_the_substream_key_matches_the_reference(app, case):
+    # An input split by k (over='k', or not), grouped by k: fn's window needs no group_by (one
+    # group lies on one key's timeline); the result keeps the key. The group's stream merges
+    # the keyed CTIs (docs/decisions.md, "Group and Apply"), in both the reference and Spark.
+    ordering, names, a_settings, b_settings, script, _, cuts = case
+    bindings = [Binding("a", a_settings, ORDERED_COLUMNS, ordering)]
+    if "b" in names:
+        bindings.append(Binding("b", b_settings, ORDERED_COLUMNS))
+    plan = GroupApply(
+        Input("a"), ("k",), lambda g: Window(ShiftEventTime(g, 3), 10, 5, (), (("n", len),))
+    )
+    if "b" in names:
+        plan = Union((MergeSubstreams(plan), Input("b")))
+    expected = run_reference(script, bindings, plan, EventShape.POINT)
+
+    def build(streams):
+        out = streams["a"].group_apply(
+            "k",
+            lambda g: (
+                g.shift_event_time(TICK * 3)
+                .hopping_window(TICK * 10, TICK * 5)
+                .aggregate(n=F.count("*"))
+            ),
+        )
+        assert out.substream_key == ordering.over
+        return out.merge_substreams().union(streams["b"]) if "b" in names else out
+
+    for epochs in (1, cuts or 1):
+        streams = {
+            "a": Stream.create(
+                "a",
+                MemoryInputFactory(),
+                MemoryInputConfig(script=script, schema=ORDERED_SCHEMA),
+                EventShape.POINT,
+                a_settings,
+                ordering=ordering,
+            )
+        }
+        if "b" in names:
+            streams["b"] = Stream.create(
+                "b",
+                MemoryInputFactory(),
+                MemoryInputConfig(script=script, schema=ORDERED_SCHEMA),
+                EventShape.POINT,
+                b_settings,
+            )
+        sink = f"group-keyed{next(_names)}"
+        query = build(streams).to_query(
+            app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.POINT
+        )
+        try:
+            query.run(epochs=epochs)
+            assert MemoryOutputFactory.collected(sink) == expected.output, f"epochs={epochs}"
+        finally:
+            app.queries.pop(sink, None)
+
+
+# -- checkpoint and restart (semantics §9) -------------------------------------------------------
+def test_a_group_apply_query_stopped_without_flush_resumes_delivering_nothing_twice(
+    app, kafka_broker, tmp_path
+):
+    # As tests/engine/test_restart.py: a live input read in one step, stopped without flush,
+    # started again on its checkpoint with more records, then stopped with the flush; its output
+    # equals a clean run's over all the records, every result once.
+    b = kafka_broker.bootstrap
+    rows = [(1, 1, 1.0), (2, 2, 2.0), (3, 1, 3.0), (4, 2, 4.0), (5, 1, 5.0), (7, 2, 7.0)]
+    records = [
+        (0, {"ts": iso(t), "id": i, "v": v}, kf.ARRIVAL_MS + n, None)
+        for n, (t, i, v) in enumerate(rows)
+    ]
+
+    def query(topic, out):
+        live = Stream.create(
+            "live",
+            KafkaInputFactory(),
+            kf.input_config(b, topic, time_field="ts", advance_time=EVERY_EVENT),
+            EventShape.POINT,
+        )
+        per_id = live.group_apply(
+            "id",
+            lambda g: g.tumbling_window("2 seconds").aggregate(n=F.count("*"), s=F.sum("v")),
+        )
+        return per_id.to_query(
+            app,
+            f"group-resume-{next(_names)}",
+            FileOutputFactory(),
+            FileOutputConfig(path=str(out)),
+            EventShape.POINT,
+        )
+
+    source = kafka_broker.create_topic()
+    kf.produce(b, source, records[:3])
+    out, ckpt = tmp_path / "out.jsonl", tmp_path / "ckpt"
+    first = query(source, out)
+    first.start(trigger=None, checkpoint=ckpt)
+    first.step()
+    first.stop(flush=False)
+    kf.produce(b, source, records[3:])
+    again = query(source, out)
+    again.start(trigger=None, checkpoint=ckpt)
+    again.step()
+    again.stop()
+
+    clean_source, clean_out = kafka_broker.create_topic(), tmp_path / "clean.jsonl"
+    kf.produce(b, clean_source, records)
+    clean = query(clean_source, clean_out)
+    clean.start(trigger=None, checkpoint=tmp_path / "clean-ckpt")
+    clean.step()
+    clean.stop()
+    # by hand: windows of 2 s per id: [0, 2) id 1 (1.0); [2, 4) id 1 (3.0), id 2 (2.0);
+    # [4, 6) id 1 (5.0), id 2 (4.0); [6, 8) id 2 (7.0); each a point at its window's start
+    assert [(r[1], r[2]) for r in read_output(out) if r[0] == "INSERT"] == [
+        (iso(0), {"id": 1, "n": 1, "s": 1.0}),
+        (iso(2), {"id": 1, "n": 1, "s": 3.0}),
+        (iso(2), {"id": 2, "n": 1, "s": 2.0}),
+        (iso(4), {"id": 1, "n": 1, "s": 5.0}),
+        (iso(4), {"id": 2, "n": 1, "s": 4.0}),
+        (iso(6), {"id": 2, "n": 1, "s": 7.0}),
+    ]
+    assert out.read_text() == clean_out.read_text()

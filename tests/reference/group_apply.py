@@ -7,8 +7,9 @@ with no events yet counts as ``fn`` over an empty input)".
 So, with no knowledge of what ``fn`` builds:
 
 1. The input's rows are split by the values of the key columns: a group's stream is its events
-   (END edges included: an END edge carries its START edge's payload) and every CTI row of the
-   input, global and keyed (a CTI's promise holds for any part of the stream).
+   (END edges included: an END edge carries its START edge's payload) and every global CTI of
+   the input (a CTI's promise holds for any part of the stream). Keyed CTIs of substreams are
+   merged (dropped) there, as at a snapshot (docs/decisions.md, "Group and Apply").
 2. ``fn``'s plan is evaluated once per group that has an event anywhere in the run, and once
    more over the CTI rows alone: the group without events.
 3. The results are unioned as :class:`~tests.reference.interpreter.Union` unions (events at
@@ -61,6 +62,7 @@ def evaluate_group_apply(
             group = tuple(row.event.payload[k] for k in node.keys)
             events.setdefault(group, [])
     order = sorted(events, key=lambda g: tuple((v is not None, v) for v in g))
+    rows = [row for row in rows if row.key is None]  # keyed CTIs merged
     ctis = [row for row in rows if row.event.is_cti]
     outputs = []
     for group in [*order, None]:  # None: the group without events
