@@ -246,8 +246,9 @@ def test_group_apply_by_the_substream_key_matches_the_reference(app, case):
     plan = GroupApply(
         Input("a"), ("k",), lambda g: Window(ShiftEventTime(g, 3), 10, 5, (), (("n", len),))
     )
-    if "b" in names:
-        plan = Union((MergeSubstreams(plan), Input("b")))
+    if "b" in names:  # b's windows by k, for the union's columns
+        b_windows = Window(ShiftEventTime(Input("b"), 3), 10, 5, ("k",), (("n", len),))
+        plan = Union((MergeSubstreams(plan), b_windows))
     expected = run_reference(script, bindings, plan, EventShape.POINT)
 
     def build(streams):
@@ -260,7 +261,16 @@ def test_group_apply_by_the_substream_key_matches_the_reference(app, case):
             ),
         )
         assert out.substream_key == ordering.over
-        return out.merge_substreams().union(streams["b"]) if "b" in names else out
+        if "b" not in names:
+            return out
+        b_windows = (
+            streams["b"]
+            .shift_event_time(TICK * 3)
+            .hopping_window(TICK * 10, TICK * 5)
+            .group_by("k")
+            .aggregate(n=F.count("*"))
+        )
+        return out.merge_substreams().union(b_windows)
 
     for epochs in (1, cuts or 1):
         streams = {
