@@ -88,6 +88,18 @@ def test_a_join_against_another_stream_meets_all_of_its_events_in_every_group(ap
     assert out == hand.JOIN_OUT
 
 
+@pytest.mark.parametrize("epochs", [1, [2]])
+def test_a_join_of_two_streams_of_the_group_pairs_events_of_the_same_group_only(app, epochs):
+    def build(s):
+        return s["a"].group_apply(
+            "k", lambda g: g.where(F.col("v") < 3).join(g.where(F.col("v") >= 3), on="id")
+        )
+
+    inputs = {"a": In(EventShape.POINT, EVERY)}
+    out, _ = spark_run(app, hand.self_join_script(), inputs, build, EventShape.POINT, epochs)
+    assert out == hand.SELF_JOIN_OUT
+
+
 def test_with_no_events_the_output_cti_is_fn_over_an_empty_input(app):
     def build(s):
         return s["a"].group_apply(

@@ -181,3 +181,39 @@ def test_with_no_events_the_output_cti_is_fn_over_an_empty_input():
         ctis_only_script(), [Binding("a", EVERY, ("k", "v"))], CTIS_ONLY_PLAN, EventShape.POINT
     )
     assert result.output == CTIS_ONLY_OUT
+
+
+# -- a join of two streams of the group --------------------------------------------------------
+def self_join_script() -> EventScript:
+    script = EventScript()
+    script.insert("a", point(1, {"k": "x", "id": 1, "v": 1}))
+    script.insert("a", point(1, {"k": "y", "id": 1, "v": 5}))
+    script.insert("a", point(1, {"k": "x", "id": 1, "v": 7}))
+    return script
+
+
+SELF_JOIN_PLAN = GroupApply(
+    Input("a"),
+    ("k",),
+    lambda g: Join(Where(g, lambda p: p["v"] < 3), Where(g, lambda p: p["v"] >= 3), ("id",)),
+)
+# Group x: left v=1, right v=7, same id: the pair [1, 2). Group y: no left event (5 is not < 3).
+# v=1 of x never meets v=5 of y, although their ids are equal: they are in different groups.
+# CTIs: 1 after the first point (the others at 1 raise nothing), +inf at the stop; the join's
+# is the minimum of its sides', which are both the input's: 1, then +inf. The pair starts at 1,
+# so CTI 1 does not release it; +inf does.
+SELF_JOIN_OUT = [
+    cti(1),
+    point(1, {"k": "x", "id": 1, "v": 1, "right_k": "x", "right_id": 1, "right_v": 7}),
+    cti(INF),
+]
+
+
+def test_a_join_of_two_streams_of_the_group_pairs_events_of_the_same_group_only():
+    result = run_reference(
+        self_join_script(),
+        [Binding("a", EVERY, ("k", "id", "v"))],
+        SELF_JOIN_PLAN,
+        EventShape.POINT,
+    )
+    assert result.output == SELF_JOIN_OUT
