@@ -315,8 +315,9 @@ class UnionNode(Node):
 @dataclass(eq=False)
 class GroupNode(Node):
     """The events of one group of ``group_apply(keys, fn)``: the stream ``fn`` is given. Its
-    events and CTIs are its input's (keyed CTIs merged); what makes it one group per key value is the plan above it,
-    rewritten by :func:`engine.operators.group_apply.rewrite` (semantics §5, Group and Apply)."""
+    events and CTIs are its input's (keyed CTIs merged); what makes it one group per key value
+    is the plan above it, rewritten by :func:`engine.operators.group_apply.rewrite` (semantics
+    §5, Group and Apply)."""
 
     child: Node
     keys: tuple[str, ...]

@@ -137,23 +137,32 @@ def _select(r: _Rewrite, node: SelectNode) -> Node:
     return _child(r, node)
 
 
-def _window(r: _Rewrite, node: WindowNode | SnapshotNode) -> Node:
-    if isinstance(node, SnapshotNode):
-        raise r.error(
-            node,
-            "is not supported inside group_apply yet: a snapshot's boundaries and CTI depend "
-            "on each group's own events",
-            "use a tumbling or hopping window inside fn, or snapshot_window().group_by("
-            f"{', '.join(repr(k) for k in r.keys)}) outside group_apply (its snapshots are cut "
-            "at the endpoints of all groups' events)",
-        )
-    clash = [name for name, _ in node.aggregates if name in r.keys]
+def _snapshot(r: _Rewrite, node: SnapshotNode) -> Node:
+    raise r.error(
+        node,
+        "is not supported inside group_apply yet: a snapshot's boundaries and CTI depend on "
+        "each group's own events",
+        "use a tumbling or hopping window inside fn, or snapshot_window().group_by("
+        f"{', '.join(repr(k) for k in r.keys)}) outside group_apply (its snapshots are cut at "
+        "the endpoints of all groups' events)",
+    )
+
+
+def _grouped(r: _Rewrite, node: Any) -> Node:
+    """A node with ``keys`` (its ``group_by``) and ``aggregates``: grouped by the keys it lacks,
+    then its own; an aggregate named as a key is refused."""
+    clash = [name for name, _ in getattr(node, "aggregates", ()) if name in r.keys]
     if clash:
         raise r.error(
             node,
             f"names an aggregate {clash[0]!r}, a key column: the result would lose the group's key",
             f"give the aggregate another name (e.g. {clash[0]}_value=...)",
         )
+    missing = tuple(k for k in r.keys if k not in node.keys)
+    return replace(node, child=r.node(node.child), keys=missing + node.keys)
+
+
+def _window(r: _Rewrite, node: WindowNode) -> Node:
     if _may_end_at_inf(node.child):
         raise r.error(
             node,
@@ -163,8 +172,7 @@ def _window(r: _Rewrite, node: WindowNode | SnapshotNode) -> Node:
             "give the events a finite lifetime first (alter_event_duration or to_point), or "
             "window after group_apply, grouped by the keys",
         )
-    missing = tuple(k for k in r.keys if k not in node.keys)
-    return replace(node, child=r.node(node.child), keys=missing + node.keys)
+    return _grouped(r, node)
 
 
 def _join(r: _Rewrite, node: JoinNode | AntiJoinNode) -> Node:
@@ -194,7 +202,10 @@ def _union(r: _Rewrite, node: UnionNode) -> Node:
 
 
 #: How each node kind inside ``fn`` takes the group keys (module docstring); a kind not here is
-#: refused inside group_apply.
+#: refused inside group_apply. A window-like kind with ``keys`` and ``aggregates`` (a count
+#: window, a session window, a windowed top-k or apply) takes them as ``_grouped`` does, when its
+#: CTI rule is monotone and the same for every group or already a minimum over its groups; a
+#: join-like kind (a left outer join, a clip) as ``_join`` does.
 TAKES_KEYS: dict[type[Node], Callable[[_Rewrite, Any], Node]] = {
     WhereNode: _child,
     SelectNode: _select,
@@ -203,7 +214,7 @@ TAKES_KEYS: dict[type[Node], Callable[[_Rewrite, Any], Node]] = {
     GroupNode: _child,  # a group_apply inside fn: its groups within ours
     GroupApplyNode: _child,
     WindowNode: _window,
-    SnapshotNode: _window,
+    SnapshotNode: _snapshot,
     JoinNode: _join,
     AntiJoinNode: _join,
     UnionNode: _union,

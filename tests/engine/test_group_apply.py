@@ -377,3 +377,25 @@ def test_a_group_apply_query_stopped_without_flush_resumes_delivering_nothing_tw
         (iso(6), {"id": 2, "n": 1, "s": 7.0}),
     ]
     assert out.read_text() == clean_out.read_text()
+
+
+def test_a_window_over_events_that_may_end_at_infinity_is_refused_with_the_fix():
+    edges = Stream.create(
+        "e", MemoryInputFactory(), MemoryInputConfig(script=EventScript()), EventShape.EDGE, EVERY
+    )
+    with pytest.raises(QueryBuildError) as error:
+        edges.group_apply("k", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*")))
+    assert str(error.value) == (
+        f"{CALL}: tumbling_window('10 microseconds').aggregate(n) inside fn reads events that "
+        "may end at +inf (edges, intervals or snapshots), which group_apply does not window yet: "
+        "at the CTI +inf such an event counts up to the latest moment of its own group (group "
+        "keys 'k'). Fix: give the events a finite lifetime first (alter_event_duration or "
+        "to_point), or window after group_apply, grouped by the keys"
+    )
+    # with a duration first, it is taken
+    edges.group_apply(
+        "k",
+        lambda g: (
+            g.alter_event_duration(TICK * 5).tumbling_window(TICK * 10).aggregate(n=F.count("*"))
+        ),
+    )
