@@ -179,7 +179,8 @@ class UnionStep(Step):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class GroupStep(Step):
-    """A group's input in ``group_apply``: passes its input (engine.operators.group_apply)."""
+    """The group's stream in ``group_apply``: its input's events and CTIs, keyed CTIs merged
+    (engine.operators.group_apply.group_input)."""
 
     node: GroupNode
 
