@@ -13,11 +13,14 @@ from ctistream.engine._spark import parse_schema
 from ctistream.engine.contracts import InputAdapterFactory, OutputAdapterFactory
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.events import EventShape
+from ctistream.engine.operators.group_apply import rewrite
 from ctistream.engine.operators.join import output_columns
 from ctistream.engine.operators.window import WindowOutput
 from ctistream.engine.plan import (
     AntiJoinNode,
     CountWindowNode,
+    GroupApplyNode,
+    GroupNode,
     InputNode,
     JoinNode,
     LifetimeNode,
@@ -177,6 +180,20 @@ def _group_rule(
     )
 
 
+def _group_key(group: tuple[str, ...], keys: tuple[_Key | None, ...]) -> _Key | None:
+    """The substream key inside ``group_apply``: none when it is a group key (one group, one
+    key's timeline), else the input's."""
+    key = keys[0]
+    return None if key is not None and key.column in group else key
+
+
+def _applied_key(group: tuple[str, ...], keys: tuple[_Key | None, ...]) -> _Key | None:
+    """``group_apply``'s substream key (sources: fn's result, the input): the input's when it
+    is a group key (every result carries it), else fn's result's."""
+    result, source = keys
+    return source if source is not None and source.column in group else result
+
+
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|`[^`]+`")
 
 
@@ -300,6 +317,7 @@ class Stream:
         self._node = node
         self._sources = _sources
         self._rule = _rule
+        self._shown = _sources  # what explain() shows under it (group_apply: fn's result only)
         # Worked out now, from the sources' keys, so an operator that loses the key fails
         # where the user calls it.
         self._key = self._derive({}, {id(s): s._key for s in _sources})
@@ -329,7 +347,7 @@ class Stream:
             node, key = stream._node, stream.substream_key
             shown = "-" if key is None else repr(key)
             lines.append(f"{'  ' * depth}{node.label()}  key {shown}  CTI: {node.cti_rule}")
-            for source in stream._sources:
+            for source in stream._shown:
                 show(source, depth + 1)
 
         show(self, 0)
@@ -649,6 +667,55 @@ class Stream:
                 node, gap, most, keys, aggs, call=call
             ),
         )
+
+    def group_apply(self, keys: str | Sequence[str], fn: Callable[[Stream], Stream]) -> Stream:
+        """StreamInsight's Group and Apply (semantics §5): ``fn(group) -> Stream`` is applied to
+        each group's events (the events with equal ``keys`` columns) separately; the results
+        are unioned and carry the key columns. CTI: the oldest over groups of ``fn``'s output
+        CTI, a group without events counting as ``fn`` over an empty input.
+
+        ``fn`` builds a sub-query from the stream it is given: where/select (keeping the keys),
+        the lifetime operators, tumbling/hopping windows (their results are per group, the keys
+        first unless ``group_by`` names them), joins and anti-joins on further columns between
+        streams made from the group or against another stream (the group's stream on the left:
+        each group's events meet all of the other stream's), unions of the group's own streams.
+        Refused when the query is built, with the fix: a key that is not a column, a sub-query
+        that drops a key, ``fn`` not returning a Stream made from its argument, and what
+        ``group_apply`` does not run yet (:mod:`engine.operators.group_apply`).
+
+        A substream key (§7) among ``keys`` is kept (each group is on one key's timeline);
+        otherwise it follows ``fn``'s operators as everywhere."""
+        names = (keys,) if isinstance(keys, str) else tuple(keys) if keys is not None else ()
+        if (
+            not names
+            or not all(isinstance(k, str) and k for k in names)
+            or len(set(names)) < len(names)
+        ):
+            raise ValueError(
+                f"group_apply() takes the group key column name(s), distinct and at least one, "
+                f"e.g. group_apply('sensor_id', fn); got keys={keys!r}"
+            )
+        call = f"group_apply(keys={list(names)!r}, fn={getattr(fn, '__name__', repr(fn))})"
+        if not callable(fn):
+            raise TypeError(
+                f"{call}: fn must be a function from the group's Stream to a Stream; got "
+                f"{type(fn).__name__}. Fix: e.g. lambda g: g.tumbling_window('1 minute')"
+                ".aggregate(n=F.count('*'))"
+            )
+        within = partial(_group_key, names)
+        group = Stream(GroupNode(self._node, names, call=call), _sources=(self,), _rule=within)
+        result = fn(group)
+        if not isinstance(result, Stream):
+            raise QueryBuildError(
+                f"{call}: fn returned {type(result).__name__}; expected a Stream made from the "
+                "stream fn is given. Fix: return the sub-query's Stream (a windowed stream "
+                "needs .aggregate(...))"
+            )
+        inner = rewrite(result.node, group.node, call, _passed_through)
+        node = GroupApplyNode(inner, names, call=call)
+        out = Stream(node, _sources=(result, self), _rule=partial(_applied_key, names))
+        out._shown = (result,)
+        return out
 
     def merge_substreams(self) -> Stream:
         """This stream with its substreams merged into one timeline: no :attr:`substream_key`

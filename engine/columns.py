@@ -20,6 +20,8 @@ from ctistream.engine.operators.join import output_columns
 from ctistream.engine.plan import (
     AntiJoinNode,
     CountWindowNode,
+    GroupApplyNode,
+    GroupNode,
     InputNode,
     JoinNode,
     LifetimeNode,
@@ -98,6 +100,11 @@ def _payload(
         return selected.schema
     if isinstance(node, MergeNode):
         return out[id(node.child)]
+    if isinstance(node, GroupNode | GroupApplyNode):  # the group keys: columns of its input
+        schema = out[id(node.child)]
+        for key in node.keys:
+            _resolve(spark, call, schema, "the stream's payload", _selecting(key))
+        return schema
     if isinstance(node, LifetimeNode):
         schema = out[id(node.child)]
         start_fn = node.start_fn

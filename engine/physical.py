@@ -39,6 +39,8 @@ from ctistream.engine.operators.window import PushedWindow, WindowSpec, push_win
 from ctistream.engine.plan import (
     AntiJoinNode,
     CountWindowNode,
+    GroupApplyNode,
+    GroupNode,
     InputNode,
     JoinNode,
     LifetimeNode,
@@ -57,6 +59,8 @@ from pyspark.sql import SparkSession
 __all__ = [
     "AntiJoinStep",
     "CountWindowStep",
+    "GroupApplyStep",
+    "GroupStep",
     "InputScan",
     "JoinStep",
     "LifetimeStep",
@@ -189,6 +193,21 @@ class UnionStep(Step):
     stateful: ClassVar[bool] = True
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class GroupStep(Step):
+    """The group's stream in ``group_apply``: its input's events and CTIs, keyed CTIs merged
+    (engine.operators.group_apply.group_input)."""
+
+    node: GroupNode
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class GroupApplyStep(Step):
+    """``group_apply``'s output: passes fn's rewritten plan's (engine.operators.group_apply)."""
+
+    node: GroupApplyNode
+
+
 @dataclass(frozen=True, eq=False)
 class PhysicalPlan:
     """How a query runs: ``scans`` in import order (an input after the one it imports CTIs from),
@@ -270,6 +289,8 @@ _STEPS: dict[type[Node], type[Step]] = {
     SessionWindowNode: SessionWindowStep,
     AntiJoinNode: AntiJoinStep,
     UnionNode: UnionStep,
+    GroupNode: GroupStep,
+    GroupApplyNode: GroupApplyStep,
 }
 
 

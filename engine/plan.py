@@ -20,6 +20,8 @@ from pyspark.sql import Column
 __all__ = [
     "AntiJoinNode",
     "CountWindowNode",
+    "GroupApplyNode",
+    "GroupNode",
     "InputNode",
     "JoinNode",
     "LifetimeNode",
@@ -352,6 +354,45 @@ class UnionNode(Node):
 
     def label(self) -> str:
         return f"union of {len(self.inputs)}"
+
+
+@dataclass(eq=False)
+class GroupNode(Node):
+    """The events of one group of ``group_apply(keys, fn)``: the stream ``fn`` is given. Its
+    events and CTIs are its input's (keyed CTIs merged); what makes it one group per key value
+    is the plan above it, rewritten by :func:`engine.operators.group_apply.rewrite` (semantics
+    §5, Group and Apply)."""
+
+    child: Node
+    keys: tuple[str, ...]
+
+    cti_rule: ClassVar[str] = "the input's, unchanged (§5)"
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
+
+    def label(self) -> str:
+        return f"the events of one group by {', '.join(self.keys)}"
+
+
+@dataclass(eq=False)
+class GroupApplyNode(Node):
+    """``group_apply(keys, fn)``: ``child`` is ``fn``'s plan with every grouping inside it also
+    by ``keys`` (:func:`engine.operators.group_apply.rewrite`); its output passes unchanged."""
+
+    child: Node
+    keys: tuple[str, ...]
+
+    cti_rule: ClassVar[str] = (
+        "the oldest over groups of fn's output CTI, a group without events counting as fn over an"
+        " empty input (§5)"
+    )
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
+
+    def label(self) -> str:
+        return f"group_apply by {', '.join(self.keys)}"
 
 
 def walk(root: Node) -> Iterator[Node]:

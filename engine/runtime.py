@@ -60,6 +60,7 @@ from ctistream.engine.operators.count_session import (
     count_aggregate,
     session_aggregate,
 )
+from ctistream.engine.operators.group_apply import group_input, pass_through
 from ctistream.engine.operators.join import JoinState, join
 from ctistream.engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from ctistream.engine.operators.window import (
@@ -76,6 +77,8 @@ from ctistream.engine.packed import count_rows
 from ctistream.engine.physical import (
     AntiJoinStep,
     CountWindowStep,
+    GroupApplyStep,
+    GroupStep,
     JoinStep,
     LifetimeStep,
     MergeStep,
@@ -836,6 +839,8 @@ _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]
     JoinStep: _run_join,
     AntiJoinStep: _run_anti_join,
     UnionStep: _run_union,
+    GroupStep: group_input,
+    GroupApplyStep: pass_through,
 }
 
 

@@ -41,6 +41,7 @@ from tests.reference import (
     AntiJoin,
     Binding,
     CountWindow,
+    GroupApply,
     Input,
     Join,
     Select,
@@ -1013,9 +1014,17 @@ def compositions(draw, names: tuple[str, ...], budget: int):
         return Input(name), (lambda s: s[name]), 0
     op = draw(
         st.sampled_from(
-            ["unary", "window", "snapshot", "union", "join", "anti_join", "count", "session"]
+            [
+                *("unary", "window", "snapshot", "union", "join", "anti_join"),
+                *("count", "session", "group"),
+            ]
         )
     )
+    if op == "group":
+        cp, cb, cn = draw(compositions(names, budget - 1))
+        ref_fn, spark_fn, fn_used = draw(group_fns(names, budget - 1 - cn))
+        plan = GroupApply(cp, ("k",), ref_fn)
+        return plan, (lambda s: cb(s).group_apply("k", lambda g: spark_fn(s, g))), cn + fn_used + 1
     if op in ("union", "join", "anti_join"):
         lp, lb, ln = draw(compositions(names, budget - 1))
         rp, rb, rn = draw(compositions(names, budget - 1 - ln))
@@ -1047,6 +1056,87 @@ def compositions(draw, names: tuple[str, ...], budget: int):
     plan = Snapshot(cp, ("k",), (("v", len),))
     build = lambda s: cb(s).snapshot_window().group_by("k").aggregate(v=F.count("*"))  # noqa: E731
     return plan, build, cn + 1
+
+
+@st.composite
+def group_fns(draw, names: tuple[str, ...], budget: int):
+    """``(reference fn, Spark fn, operators used)``: a sub-query of ``group_apply`` over the
+    group's stream, payload ``(k, v)``, of at most ``budget`` operators: the unary operators,
+    windows (grouped by ``k``, the group key, or not: the key is in every result), unions of the
+    group's own streams, joins and anti-joins on ``k`` with the group's stream on the left and,
+    on the right, the group's stream or another composition. A window reads its events with a
+    duration of 4 (group_apply windows no events that may end at +inf)."""
+    if budget == 0 or draw(st.integers(0, 3)) == 0:
+        return (lambda g: g), (lambda s, g: g), 0
+    op = draw(st.sampled_from(["unary", "window", "union", "join", "anti_join"]))
+    if op in ("union", "join", "anti_join"):
+        lf, lb, ln = draw(group_fns(names, budget - 1))
+        if op == "union" or draw(st.booleans()):
+            rf, rb, rn = draw(group_fns(names, budget - 1 - ln))
+        else:  # another stream: each group's events meet all of its events
+            rp, rbo, rn = draw(compositions(names, budget - 1 - ln))
+            rf, rb = (lambda g: rp), (lambda s, g: rbo(s))
+        used = 1 + ln + rn
+        if op == "union":
+            return (
+                (lambda g: Union((lf(g), rf(g)))),
+                (lambda s, g: lb(s, g).union(rb(s, g))),
+                used,
+            )
+        if op == "anti_join":
+            return (
+                (lambda g: AntiJoin(lf(g), rf(g), ("k",))),
+                (lambda s, g: lb(s, g).anti_join(rb(s, g), on="k")),
+                used,
+            )
+        v = (F.col("v") + F.col("right_v")).alias("v")
+        return (
+            (
+                lambda g: Select(
+                    Join(lf(g), rf(g), ("k",)), lambda p: {"k": p["k"], "v": p["v"] + p["right_v"]}
+                )
+            ),
+            (lambda s, g: lb(s, g).join(rb(s, g), on="k").select("k", v)),
+            used,
+        )
+    cf, cb, cn = draw(group_fns(names, budget - 1))
+    if op == "unary":
+        ref, spark = UNARY[draw(st.sampled_from(sorted(UNARY)))]
+        return (lambda g: ref(cf(g))), (lambda s, g: spark(cb(s, g))), cn + 1
+    size, hop = draw(st.sampled_from([(10, 5), (8, 8)]))
+    keys = draw(st.sampled_from([(), ("k",)]))  # the group key, in the result either way
+
+    def ref_window(g):
+        return Window(AlterEventDuration(cf(g), 4), size, hop, keys, (("v", len),))
+
+    def spark_window(s, g):
+        windowed = cb(s, g).alter_event_duration(TICK * 4).hopping_window(TICK * size, TICK * hop)
+        return (windowed.group_by(*keys) if keys else windowed).aggregate(v=F.count("*"))
+
+    return ref_window, spark_window, cn + 1
+
+
+@given(
+    data=st.data(),
+    case=cases(max_inputs=2, max_items=18),
+    shape=SHAPES,
+)
+def test_group_apply_matches_the_reference(app, data, case, shape):
+    """group_apply by ``k`` over one input (or the union of two) with a random sub-query: each
+    group's results and the CTI (the oldest over the groups, the group without events too)."""
+    cuts = data.draw(epoch_cuts(case.length))
+    names = tuple(case.shapes)
+    ref_fn, spark_fn, _ = data.draw(group_fns(names, data.draw(st.integers(1, 3))))
+    plan = GroupApply(Input(names[0]), ("k",), ref_fn)
+    rest = names[1:]
+    if rest:
+        plan = Union((plan, *(Input(n) for n in rest)))
+
+    def build(s):
+        out = s[names[0]].group_apply("k", lambda g: spark_fn(s, g))
+        return out.union(*(s[n] for n in rest)) if rest else out
+
+    _agree(app, case, plan, build, shape, 1, cuts)
 
 
 def _leaves(plan) -> set[str]:

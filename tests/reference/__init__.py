@@ -1,6 +1,7 @@
 """The reference interpreter of the temporal contract: the oracle for the Spark engine's tests."""
 
 from .count_session import CountWindow, SessionWindow
+from .group_apply import GroupApply
 from .interpreter import (
     AlterEventDuration,
     AlterEventLifetime,
@@ -32,6 +33,7 @@ __all__ = [
     "AntiJoin",
     "Binding",
     "CountWindow",
+    "GroupApply",
     "Input",
     "Join",
     "KeyedCti",

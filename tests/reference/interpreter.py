@@ -123,6 +123,7 @@ from ctistream.engine.temporal import (
     saturating_sub,
 )
 
+from .group_apply import GroupApply, evaluate_group_apply
 from .ordering import Decision, Ordering
 
 __all__ = [
@@ -413,6 +414,7 @@ Node = (
     | AlterEventLifetime
     | ToPoint
     | Window
+    | GroupApply
 )
 
 
@@ -924,6 +926,9 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) 
     if isinstance(node, count_session.SessionWindow):
         rows = _global_only(_evaluate(node.child, inputs, dropped))
         return count_session.session_window(node, rows)
+    if isinstance(node, GroupApply):
+        rows = _evaluate(node.child, inputs, dropped)
+        return evaluate_group_apply(node, rows, _evaluate, inputs, _union, Input)
     raise TypeError(f"not a plan node: {node!r}")
 
 

@@ -1,0 +1,401 @@
+"""Group and Apply on Spark (semantics §5): the hand-worked timelines of
+``tests/reference/test_group_apply.py`` in one and several epochs, the state it keeps, the
+build errors with their fix, and ``explain()``."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+import pytest
+from ctistream.adapters.files import FileOutputConfig, FileOutputFactory
+from ctistream.adapters.kafka import KafkaInputFactory
+from ctistream.adapters.memory import (
+    EventScript,
+    MemoryInputConfig,
+    MemoryInputFactory,
+    MemoryOutputConfig,
+    MemoryOutputFactory,
+)
+from ctistream.bindings import Stream
+from ctistream.engine import (
+    TICK,
+    AdapterAdvanceTimeSettings,
+    AdvanceTimeGenerationSettings,
+    AdvanceTimePolicy,
+    AdvanceTimeSettings,
+    EventShape,
+    point,
+)
+from ctistream.engine.errors import QueryBuildError
+from hypothesis import given
+from pyspark.sql import functions as F
+
+from tests.adapters import test_kafka as kf
+from tests.adapters.test_files_query import iso, read_output
+from tests.engine.test_ordering import COLUMNS as ORDERED_COLUMNS
+from tests.engine.test_ordering import SCHEMA as ORDERED_SCHEMA
+from tests.engine.test_ordering import ordered_cases
+from tests.harness import In, spark_run
+from tests.reference import (
+    Binding,
+    GroupApply,
+    Input,
+    MergeSubstreams,
+    ShiftEventTime,
+    Union,
+    Window,
+    run_reference,
+)
+from tests.reference import test_group_apply as hand
+
+_names = itertools.count()
+
+EVERY = hand.EVERY
+#: an adapter's settings: a CTI at every event's start, later events dropped, +inf on stop
+EVERY_EVENT = AdapterAdvanceTimeSettings(
+    AdvanceTimeGenerationSettings(1, timedelta(0), True), AdvanceTimePolicy.DROP
+)
+
+
+@pytest.mark.parametrize("epochs", [1, [2, 4]])
+def test_a_window_per_group_gives_the_hand_worked_timeline(app, epochs):
+    def build(s):
+        return s["a"].group_apply(
+            "k",
+            lambda g: (
+                g.where(F.col("v") > 1)
+                .tumbling_window(TICK * 10)
+                .aggregate(n=F.count("*"), s=F.sum("v"))
+            ),
+        )
+
+    inputs = {"a": In(EventShape.POINT, EVERY)}
+    out, _ = spark_run(app, hand.window_script(), inputs, build, EventShape.INTERVAL, epochs)
+    assert out == hand.WINDOW_OUT
+
+
+@pytest.mark.parametrize("epochs", [1, [3, 6]])
+def test_a_join_against_another_stream_meets_all_of_its_events_in_every_group(app, epochs):
+    def build(s):
+        return s["a"].group_apply(
+            "k",
+            lambda g: g.join(s["r"], on="id").tumbling_window(TICK * 10).aggregate(n=F.count("*")),
+        )
+
+    inputs = {"a": In(EventShape.POINT, EVERY), "r": In(EventShape.INTERVAL, EVERY)}
+    out, _ = spark_run(app, hand.join_script(), inputs, build, EventShape.INTERVAL, epochs)
+    assert out == hand.JOIN_OUT
+
+
+@pytest.mark.parametrize("epochs", [1, [2]])
+def test_a_join_of_two_streams_of_the_group_pairs_events_of_the_same_group_only(app, epochs):
+    def build(s):
+        return s["a"].group_apply(
+            "k", lambda g: g.where(F.col("v") < 3).join(g.where(F.col("v") >= 3), on="id")
+        )
+
+    inputs = {"a": In(EventShape.POINT, EVERY)}
+    out, _ = spark_run(app, hand.self_join_script(), inputs, build, EventShape.POINT, epochs)
+    assert out == hand.SELF_JOIN_OUT
+
+
+def test_with_no_events_the_output_cti_is_fn_over_an_empty_input(app):
+    def build(s):
+        return s["a"].group_apply(
+            "k", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*"))
+        )
+
+    inputs = {"a": In(EventShape.POINT, EVERY, schema="k string, v bigint")}
+    out, _ = spark_run(app, hand.ctis_only_script(), inputs, build, EventShape.POINT, [1])
+    assert out == hand.CTIS_ONLY_OUT
+
+
+def _stream(name: str = "a", script: EventScript | None = None, **kwargs) -> Stream:
+    if script is None:
+        script = EventScript()
+        script.insert(name, point(1, {"k": "a", "v": 1, "id": 1}))
+    return Stream.create(
+        name,
+        MemoryInputFactory(),
+        MemoryInputConfig(script=script, **kwargs),
+        EventShape.POINT,
+        EVERY,
+    )
+
+
+def test_group_apply_keeps_only_its_groups_operator_state(app):
+    # Points 0, 2, .., 98 (k = t % 4, v = t), a CTI at each start, no flush, in 5 epochs; per
+    # group a tumbling window of 10. The last CTI is 98: windows up to [80, 90) are complete, and
+    # [90, 100) is open with the groups k = 0 (92, 96) and k = 2 (90, 94, 98): the window holds
+    # two rows of partial aggregates, one per group; the group and group_apply nodes hold none.
+    script = EventScript()
+    for t in range(0, 100, 2):
+        script.insert("a", point(t, {"k": t % 4, "v": t}))
+    stream = Stream.create(
+        "a",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=script),
+        EventShape.POINT,
+        AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, False)),
+    )
+    name = "group-state"
+    query = stream.group_apply(
+        "k", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*"), s=F.sum("v"))
+    ).to_query(app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT)
+    try:
+        query.run(epochs=5)
+        state = query.operator_metrics()
+        assert list(state) == ["2:window"]
+        assert state["2:window"]["state_rows"] == 2
+        assert state["2:window"]["cti_ticks"] == 90
+        out = [e for e in MemoryOutputFactory.collected(name) if not e.is_cti]
+        # 9 complete windows, both groups in each: [0, 10) k=0 has 0, 4, 8; k=2 has 2, 6
+        assert len(out) == 18
+        assert [e.payload for e in out[:2]] == [{"k": 0, "n": 3, "s": 12}, {"k": 2, "n": 2, "s": 8}]
+    finally:
+        app.queries.pop(name, None)
+
+
+def test_explain_shows_group_apply_above_fns_operators_and_the_group(app):
+    stream = _stream().group_apply(
+        "k", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*"))
+    )
+    lines = stream.explain().splitlines()
+    assert lines[0].startswith("group_apply by k  key -  CTI: the oldest over groups of fn's")
+    assert lines[1].startswith("  tumbling_window 10 microseconds aggregate n=count(*)  key -")
+    assert lines[2].startswith("    the events of one group by k  key -  CTI: the input's")
+    assert lines[3].startswith("      input 'a' (POINT)")
+    assert len(lines) == 4
+
+
+# -- build errors: what, where, expected, got, and the fix ----------------------------------------
+CALL = "group_apply(keys=['k'], fn=<lambda>)"
+
+
+def test_a_select_that_drops_a_key_is_refused_naming_the_key_and_the_select():
+    with pytest.raises(QueryBuildError) as error:
+        _stream().group_apply("k", lambda g: g.select("v"))
+    assert str(error.value) == (
+        f"{CALL}: select('v') inside fn drops the key column 'k': every result of group_apply "
+        "carries its group's keys, and the operators after it group by them (group keys 'k'). "
+        "Fix: add 'k' to the select (passed through under its own name)"
+    )
+
+
+def test_an_aggregate_named_as_a_key_is_refused():
+    with pytest.raises(QueryBuildError) as error:
+        _stream().group_apply("k", lambda g: g.tumbling_window(TICK * 10).aggregate(k=F.count("*")))
+    assert str(error.value) == (
+        f"{CALL}: tumbling_window('10 microseconds').aggregate(k) inside fn names an aggregate "
+        "'k', a key column: the result would lose the group's key (group keys 'k'). Fix: give "
+        "the aggregate another name (e.g. k_value=...)"
+    )
+
+
+def test_keys_that_are_not_columns_are_refused_when_the_query_is_made(app):
+    stream = _stream().group_apply(
+        "kk", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*"))
+    )
+    with pytest.raises(QueryBuildError) as error:
+        stream.to_query(
+            app, "nokey", MemoryOutputFactory(), MemoryOutputConfig(name="nokey"), EventShape.POINT
+        )
+    assert str(error.value) == (
+        "group_apply(keys=['kk'], fn=<lambda>): no column 'kk' in the stream's payload; the "
+        "columns available there are ['k', 'v', 'id']; the closest match is 'k'. Fix: name one "
+        "of the available columns (did you mean 'k'?)"
+    )
+
+
+def test_fn_must_return_a_stream():
+    with pytest.raises(QueryBuildError) as error:
+        _stream().group_apply("k", lambda g: g.tumbling_window(TICK * 10))
+    assert str(error.value) == (
+        f"{CALL}: fn returned WindowedStream; expected a Stream made from the stream fn is "
+        "given. Fix: return the sub-query's Stream (a windowed stream needs .aggregate(...))"
+    )
+
+
+def test_fn_must_return_a_stream_made_from_its_argument():
+    other = _stream("b")
+    with pytest.raises(QueryBuildError) as error:
+        _stream().group_apply("k", lambda g: other.where(F.col("v") > 0))
+    assert str(error.value) == (
+        f"{CALL}: fn returned a stream not made from the stream it was given; expected the "
+        "result of operators applied to its argument (fn(group) -> group.where(...)...). Fix: "
+        "build fn's result from its argument"
+    )
+
+
+def test_a_join_with_the_group_on_the_right_is_refused():
+    other = _stream("b")
+    with pytest.raises(QueryBuildError, match=r"join\(on='id'\) inside fn has the group's stream"):
+        _stream().group_apply("k", lambda g: other.join(g, on="id"))
+
+
+def test_a_union_with_another_stream_is_refused():
+    other = _stream("b")
+    with pytest.raises(QueryBuildError, match="unions the group's stream with a stream not"):
+        _stream().group_apply("k", lambda g: g.union(other))
+
+
+def test_a_snapshot_inside_group_apply_is_refused_with_the_fix():
+    with pytest.raises(QueryBuildError, match=r"snapshot_window.*is not supported inside"):
+        _stream().group_apply("k", lambda g: g.snapshot_window().aggregate(n=F.count("*")))
+
+
+# -- substreams: the key kept ----------------------------------------------------------------------
+@given(case=ordered_cases())
+def test_group_apply_by_the_substream_key_matches_the_reference(app, case):
+    # An input split by k (over='k', or not), grouped by k: fn's window needs no group_by (one
+    # group lies on one key's timeline); the result keeps the key. The group's stream merges
+    # the keyed CTIs (docs/decisions.md, "Group and Apply"), in both the reference and Spark.
+    ordering, names, a_settings, b_settings, script, _, cuts = case
+    bindings = [Binding("a", a_settings, ORDERED_COLUMNS, ordering)]
+    if "b" in names:
+        bindings.append(Binding("b", b_settings, ORDERED_COLUMNS))
+    plan = GroupApply(
+        Input("a"), ("k",), lambda g: Window(ShiftEventTime(g, 3), 10, 5, (), (("n", len),))
+    )
+    if "b" in names:  # b's windows by k, for the union's columns
+        b_windows = Window(ShiftEventTime(Input("b"), 3), 10, 5, ("k",), (("n", len),))
+        plan = Union((MergeSubstreams(plan), b_windows))
+    expected = run_reference(script, bindings, plan, EventShape.POINT)
+
+    def build(streams):
+        out = streams["a"].group_apply(
+            "k",
+            lambda g: (
+                g.shift_event_time(TICK * 3)
+                .hopping_window(TICK * 10, TICK * 5)
+                .aggregate(n=F.count("*"))
+            ),
+        )
+        assert out.substream_key == ordering.over
+        if "b" not in names:
+            return out
+        b_windows = (
+            streams["b"]
+            .shift_event_time(TICK * 3)
+            .hopping_window(TICK * 10, TICK * 5)
+            .group_by("k")
+            .aggregate(n=F.count("*"))
+        )
+        return out.merge_substreams().union(b_windows)
+
+    for epochs in (1, cuts or 1):
+        streams = {
+            "a": Stream.create(
+                "a",
+                MemoryInputFactory(),
+                MemoryInputConfig(script=script, schema=ORDERED_SCHEMA),
+                EventShape.POINT,
+                a_settings,
+                ordering=ordering,
+            )
+        }
+        if "b" in names:
+            streams["b"] = Stream.create(
+                "b",
+                MemoryInputFactory(),
+                MemoryInputConfig(script=script, schema=ORDERED_SCHEMA),
+                EventShape.POINT,
+                b_settings,
+            )
+        sink = f"group-keyed{next(_names)}"
+        query = build(streams).to_query(
+            app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.POINT
+        )
+        try:
+            query.run(epochs=epochs)
+            assert MemoryOutputFactory.collected(sink) == expected.output, f"epochs={epochs}"
+        finally:
+            app.queries.pop(sink, None)
+
+
+# -- checkpoint and restart (semantics §9) -------------------------------------------------------
+def test_a_group_apply_query_stopped_without_flush_resumes_delivering_nothing_twice(
+    app, kafka_broker, tmp_path
+):
+    # As tests/engine/test_restart.py: a live input read in one step, stopped without flush,
+    # started again on its checkpoint with more records, then stopped with the flush; its output
+    # equals a clean run's over all the records, every result once.
+    b = kafka_broker.bootstrap
+    rows = [(1, 1, 1.0), (2, 2, 2.0), (3, 1, 3.0), (4, 2, 4.0), (5, 1, 5.0), (7, 2, 7.0)]
+    records = [
+        (0, {"ts": iso(t), "id": i, "v": v}, kf.ARRIVAL_MS + n, None)
+        for n, (t, i, v) in enumerate(rows)
+    ]
+
+    def query(topic, out):
+        live = Stream.create(
+            "live",
+            KafkaInputFactory(),
+            kf.input_config(b, topic, time_field="ts", advance_time=EVERY_EVENT),
+            EventShape.POINT,
+        )
+        per_id = live.group_apply(
+            "id",
+            lambda g: g.tumbling_window("2 seconds").aggregate(n=F.count("*"), s=F.sum("v")),
+        )
+        return per_id.to_query(
+            app,
+            f"group-resume-{next(_names)}",
+            FileOutputFactory(),
+            FileOutputConfig(path=str(out)),
+            EventShape.POINT,
+        )
+
+    source = kafka_broker.create_topic()
+    kf.produce(b, source, records[:3])
+    out, ckpt = tmp_path / "out.jsonl", tmp_path / "ckpt"
+    first = query(source, out)
+    first.start(trigger=None, checkpoint=ckpt)
+    first.step()
+    first.stop(flush=False)
+    kf.produce(b, source, records[3:])
+    again = query(source, out)
+    again.start(trigger=None, checkpoint=ckpt)
+    again.step()
+    again.stop()
+
+    clean_source, clean_out = kafka_broker.create_topic(), tmp_path / "clean.jsonl"
+    kf.produce(b, clean_source, records)
+    clean = query(clean_source, clean_out)
+    clean.start(trigger=None, checkpoint=tmp_path / "clean-ckpt")
+    clean.step()
+    clean.stop()
+    # by hand: windows of 2 s per id: [0, 2) id 1 (1.0); [2, 4) id 1 (3.0), id 2 (2.0);
+    # [4, 6) id 1 (5.0), id 2 (4.0); [6, 8) id 2 (7.0); each a point at its window's start
+    assert [(r[1], r[2]) for r in read_output(out) if r[0] == "INSERT"] == [
+        (iso(0), {"id": 1, "n": 1, "s": 1.0}),
+        (iso(2), {"id": 1, "n": 1, "s": 3.0}),
+        (iso(2), {"id": 2, "n": 1, "s": 2.0}),
+        (iso(4), {"id": 1, "n": 1, "s": 5.0}),
+        (iso(4), {"id": 2, "n": 1, "s": 4.0}),
+        (iso(6), {"id": 2, "n": 1, "s": 7.0}),
+    ]
+    assert out.read_text() == clean_out.read_text()
+
+
+def test_a_window_over_events_that_may_end_at_infinity_is_refused_with_the_fix():
+    edges = Stream.create(
+        "e", MemoryInputFactory(), MemoryInputConfig(script=EventScript()), EventShape.EDGE, EVERY
+    )
+    with pytest.raises(QueryBuildError) as error:
+        edges.group_apply("k", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*")))
+    assert str(error.value) == (
+        f"{CALL}: tumbling_window('10 microseconds').aggregate(n) inside fn reads events that "
+        "may end at +inf (edges, intervals or snapshots), which group_apply does not window yet: "
+        "at the CTI +inf such an event counts up to the latest moment of its own group (group "
+        "keys 'k'). Fix: give the events a finite lifetime first (alter_event_duration or "
+        "to_point), or window after group_apply, grouped by the keys"
+    )
+    # with a duration first, it is taken
+    edges.group_apply(
+        "k",
+        lambda g: (
+            g.alter_event_duration(TICK * 5).tumbling_window(TICK * 10).aggregate(n=F.count("*"))
+        ),
+    )
