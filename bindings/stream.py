@@ -19,6 +19,7 @@ from ctistream.engine.plan import (
     AntiJoinNode,
     InputNode,
     JoinNode,
+    LeftOuterJoinNode,
     LifetimeNode,
     MergeNode,
     Node,
@@ -255,11 +256,14 @@ def _payload_frame(spark: SparkSession, node: Node, memo: dict[int, DataFrame]) 
         frame = inputs[0].where(node.condition)
     elif isinstance(node, SelectNode):
         frame = inputs[0].select(*node.columns)
-    elif isinstance(node, JoinNode):
+    elif isinstance(node, JoinNode | LeftOuterJoinNode):
         left, right = inputs
         names = output_columns(left.columns, right.columns)[len(left.columns) :]
         renamed = [F.col(f"`{c}`").alias(n) for c, n in zip(right.columns, names, strict=True)]
-        frame = left.crossJoin(right.select(*renamed))
+        if isinstance(node, LeftOuterJoinNode):  # a fragment's right columns are null
+            frame = left.join(right.select(*renamed), F.lit(True), "left")
+        else:
+            frame = left.crossJoin(right.select(*renamed))
     elif isinstance(node, WindowNode | SnapshotNode):
         aggregates = [col.alias(name) for name, col in node.aggregates]
         frame = inputs[0].groupBy(*node.keys).agg(*aggregates)
@@ -513,6 +517,19 @@ class Stream:
         keys = _keys(on, "anti_join")
         rule = partial(_join_rule, _call("anti_join", on=list(keys)), "anti_join", keys)
         node = AntiJoinNode(self._node, other.node, keys, call=_call("anti_join", on=on))
+        return self._then(node, rule, other)
+
+    def left_outer_join(self, other: Stream, on: str | Sequence[str]) -> Stream:
+        """The pairs of :meth:`join`, plus the parts of this stream's lifetimes that no event of
+        ``other`` with equal ``on`` columns covers (:meth:`anti_join`'s), with ``other``'s
+        columns null; payload and CTI as :meth:`join`'s (``other``'s columns nullable).
+        Substream keys as for :meth:`join`; no keyed CTIs pass (as for :meth:`anti_join`)."""
+        keys = _keys(on, "left_outer_join")
+        call = _call("left_outer_join", on=list(keys))
+        rule = partial(_join_rule, call, "left_outer_join", keys)
+        node = LeftOuterJoinNode(
+            self._node, other.node, keys, call=_call("left_outer_join", on=on)
+        )
         return self._then(node, rule, other)
 
     def union(self, *others: Stream) -> Stream:

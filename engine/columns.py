@@ -1,9 +1,9 @@
 """Build-time checks of the columns a plan names (driver, no Spark job).
 
 Every column an operator names (``where``, ``select``, ``join(on=)``, ``anti_join(on=)``,
-``group_by``, ``aggregate``, ``alter_event_lifetime``'s ``start_fn``, a union's inputs) is
-resolved when the query is made, against an empty DataFrame of the payload schema that reaches
-the operator: Spark's own analyzer resolves the user's Columns, no job runs, and a mistake is a
+``left_outer_join(on=)``, ``group_by``, ``aggregate``, ``alter_event_lifetime``'s
+``start_fn``, a union's inputs) is resolved when the query is made, against an empty DataFrame
+of the payload schema that reaches the operator: Spark's own analyzer resolves the user's Columns, no job runs, and a mistake is a
 :class:`~engine.errors.QueryBuildError` in the user's words (the call, the column, the columns
 available there and the closest match) before any epoch. What a payload is at each operator
 follows semantics §5 (each operator's payload rule) and the operator modules.
@@ -21,6 +21,7 @@ from ctistream.engine.plan import (
     AntiJoinNode,
     InputNode,
     JoinNode,
+    LeftOuterJoinNode,
     LifetimeNode,
     MergeNode,
     Node,
@@ -120,7 +121,7 @@ def _payload(
         return schema
     if isinstance(node, WindowNode | SnapshotNode):
         return _aggregate(spark, call, out[id(node.child)], node.keys, node.aggregates)
-    if isinstance(node, JoinNode | AntiJoinNode):
+    if isinstance(node, JoinNode | AntiJoinNode | LeftOuterJoinNode):
         left, right = out[id(node.left)], out[id(node.right)]
         for side, schema in (("left", left), ("right", right)):
             for key in node.on:
@@ -132,6 +133,8 @@ def _payload(
         except QueryBuildError as e:
             raise QueryBuildError(f"{call}: {e}") from None
         fields = [*left.fields, *right.fields]
+        if isinstance(node, LeftOuterJoinNode):  # a fragment's right columns are null
+            fields = [*left.fields, *(StructField(f.name, f.dataType, True) for f in right.fields)]
         return StructType(
             [StructField(n, f.dataType, f.nullable) for n, f in zip(names, fields, strict=True)]
         )

@@ -40,6 +40,7 @@ from ctistream.engine.plan import (
     AntiJoinNode,
     InputNode,
     JoinNode,
+    LeftOuterJoinNode,
     LifetimeNode,
     MergeNode,
     Node,
@@ -56,6 +57,7 @@ __all__ = [
     "AntiJoinStep",
     "InputScan",
     "JoinStep",
+    "LeftOuterJoinStep",
     "LifetimeStep",
     "MergeStep",
     "PhysicalPlan",
@@ -168,6 +170,17 @@ class AntiJoinStep(Step):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class LeftOuterJoinStep(Step):
+    """A left outer join (:func:`engine.operators.outer_join.left_outer_join`): ``pairs`` is the
+    join it runs for its pairs, with neither side's keyed CTIs (its anti-join's fragments end by
+    the sides' CTIs, as the anti-join's do)."""
+
+    node: LeftOuterJoinNode
+    pairs: JoinStep
+    stateful: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class UnionStep(Step):
     node: UnionNode
     stateful: ClassVar[bool] = True
@@ -236,6 +249,12 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
                     points=(_points(node.left, by_node), _points(node.right, by_node)),
                 )
             )
+        elif isinstance(node, LeftOuterJoinNode):
+            pairs = JoinStep(
+                node=JoinNode(node.left, node.right, node.on, call=node.call),
+                keyed_sides=(False, False),
+            )
+            steps.append(LeftOuterJoinStep(node=node, pairs=pairs, checkpoint=checkpoint))
         else:
             steps.append(_STEPS[type(node)](node=node, checkpoint=checkpoint))
     return PhysicalPlan(scans, tuple(steps), ingress_ahead=not traced)
@@ -251,6 +270,7 @@ _STEPS: dict[type[Node], type[Step]] = {
     LifetimeNode: LifetimeStep,
     SnapshotNode: SnapshotStep,
     AntiJoinNode: AntiJoinStep,
+    LeftOuterJoinNode: LeftOuterJoinStep,
     UnionNode: UnionStep,
 }
 
@@ -367,7 +387,7 @@ def _keyed_sides(node: JoinNode) -> tuple[bool, bool]:
     an END edge still to come (docs/decisions.md, "Per-key CTIs")."""
 
     def joins_below(side: Node) -> bool:
-        return any(isinstance(n, JoinNode | AntiJoinNode) for n in walk(side))
+        return any(isinstance(n, JoinNode | AntiJoinNode | LeftOuterJoinNode) for n in walk(side))
 
     return (not joins_below(node.left), not joins_below(node.right))
 

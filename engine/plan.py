@@ -21,6 +21,7 @@ __all__ = [
     "AntiJoinNode",
     "InputNode",
     "JoinNode",
+    "LeftOuterJoinNode",
     "LifetimeNode",
     "MergeNode",
     "Node",
@@ -275,6 +276,24 @@ class AntiJoinNode(Node):
 
     def label(self) -> str:
         return f"anti_join on {', '.join(self.on)}"
+
+
+@dataclass(eq=False)
+class LeftOuterJoinNode(Node):
+    """The join's pairs, plus the anti-join's fragments of left lifetimes with the right
+    columns null (:mod:`engine.operators.outer_join`)."""
+
+    left: Node
+    right: Node
+    on: tuple[str, ...]
+
+    cti_rule: ClassVar[str] = JoinNode.cti_rule
+
+    def children(self) -> Sequence[Node]:
+        return (self.left, self.right)
+
+    def label(self) -> str:
+        return f"left_outer_join on {', '.join(self.on)}"
 
 
 @dataclass(eq=False)

@@ -55,6 +55,7 @@ from ctistream.engine.operators import (
 )
 from ctistream.engine.operators.anti_join import AntiJoinState, anti_join
 from ctistream.engine.operators.join import JoinState, join
+from ctistream.engine.operators.outer_join import LeftOuterJoinState, left_outer_join
 from ctistream.engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from ctistream.engine.operators.window import (
     WindowState,
@@ -70,6 +71,7 @@ from ctistream.engine.packed import count_rows
 from ctistream.engine.physical import (
     AntiJoinStep,
     JoinStep,
+    LeftOuterJoinStep,
     LifetimeStep,
     MergeStep,
     PhysicalPlan,
@@ -789,6 +791,12 @@ def _run_anti_join(step: AntiJoinStep, inputs: list[Flow], st: Any, cache: Epoch
     return anti_join(inputs[0], inputs[1], step.node.on, st or AntiJoinState(), cache)
 
 
+def _run_left_outer_join(
+    step: LeftOuterJoinStep, inputs: list[Flow], st: Any, cache: EpochCache
+) -> tuple:
+    return left_outer_join(inputs[0], inputs[1], step, st or LeftOuterJoinState(), cache)
+
+
 def _run_union(step: UnionStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
     return union(inputs, st or UnionState.initial(len(step.node.inputs)), cache)
 
@@ -803,6 +811,7 @@ _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]
     SnapshotStep: _run_snapshot,
     JoinStep: _run_join,
     AntiJoinStep: _run_anti_join,
+    LeftOuterJoinStep: _run_left_outer_join,
     UnionStep: _run_union,
 }
 

@@ -64,7 +64,7 @@ latest keyed CTI of (K, k))``. Events whose ``K`` value is null never get keyed 
    and its last keyed output of ``k``. A join takes keyed rows only on a column of ``on`` and
    only from a side with no Join or AntiJoin below it: such a side's pairs end by its global
    CTI, so its keys' CTIs could pass an END edge still to come. Pairs end by global CTIs.
-   **AntiJoin, Snapshot**: keyed rows are dropped at their inputs (global CTIs only).
+   **AntiJoin, LeftOuterJoin, Snapshot**: keyed rows are dropped at their inputs (global CTIs only).
 6. **MergeSubstreams**: drops keyed rows; events and global CTIs pass.
 7. **Egress**: a keyed row ``(K, k, c)`` releases the pending items whose payload has ``K`` with
    value ``k`` and whose due is below ``c`` (same rules per consumer shape), sorted as for a
@@ -124,6 +124,7 @@ from ctistream.engine.temporal import (
 )
 
 from .ordering import Decision, Ordering
+from .outer import LeftOuterJoin, left_outer_rows
 
 __all__ = [
     "AlterEventDuration",
@@ -133,6 +134,7 @@ __all__ = [
     "Input",
     "Join",
     "KeyedCti",
+    "LeftOuterJoin",
     "MergeSubstreams",
     "Node",
     "Result",
@@ -404,6 +406,7 @@ Node = (
     | MergeSubstreams
     | AntiJoin
     | Join
+    | LeftOuterJoin
     | Snapshot
     | Where
     | Select
@@ -913,6 +916,12 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) 
     if isinstance(node, AntiJoin):
         left = _global_only(_evaluate(node.left, inputs, dropped))
         return _anti_join(node, left, _global_only(_evaluate(node.right, inputs, dropped)))
+    if isinstance(node, LeftOuterJoin):
+        left = _global_only(_evaluate(node.left, inputs, dropped))
+        right = _global_only(_evaluate(node.right, inputs, dropped))
+        pairs = _join(Join(node.left, node.right, node.on), left, right)
+        fragments = _anti_join(AntiJoin(node.left, node.right, node.on), left, right)
+        return left_outer_rows(node, pairs, fragments)
     if isinstance(node, Snapshot):
         return _snapshot(node, _global_only(_evaluate(node.child, inputs, dropped)))
     raise TypeError(f"not a plan node: {node!r}")
@@ -1405,8 +1414,8 @@ def _lifetime(
 
 
 def _joins_in(node: Node) -> bool:
-    """A Join or AntiJoin at or below ``node``."""
-    if isinstance(node, Join | AntiJoin):
+    """A Join, AntiJoin or LeftOuterJoin at or below ``node``."""
+    if isinstance(node, Join | AntiJoin | LeftOuterJoin):
         return True
     if isinstance(node, Union):
         return any(_joins_in(c) for c in node.children)
@@ -1621,7 +1630,7 @@ def _check_bindings(bindings: Sequence[Binding], plan: Node) -> None:
             return [node.name]
         if isinstance(node, Union):
             return [n for c in node.children for n in leaves(c)]
-        if isinstance(node, Join | AntiJoin):
+        if isinstance(node, Join | AntiJoin | LeftOuterJoin):
             return leaves(node.left) + leaves(node.right)
         if hasattr(node, "child"):
             return leaves(node.child)
