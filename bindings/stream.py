@@ -527,9 +527,7 @@ class Stream:
         keys = _keys(on, "left_outer_join")
         call = _call("left_outer_join", on=list(keys))
         rule = partial(_join_rule, call, "left_outer_join", keys)
-        node = LeftOuterJoinNode(
-            self._node, other.node, keys, call=_call("left_outer_join", on=on)
-        )
+        node = LeftOuterJoinNode(self._node, other.node, keys, call=_call("left_outer_join", on=on))
         return self._then(node, rule, other)
 
     def union(self, *others: Stream) -> Stream:

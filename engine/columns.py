@@ -1,12 +1,12 @@
 """Build-time checks of the columns a plan names (driver, no Spark job).
 
 Every column an operator names (``where``, ``select``, ``join(on=)``, ``anti_join(on=)``,
-``left_outer_join(on=)``, ``group_by``, ``aggregate``, ``alter_event_lifetime``'s
-``start_fn``, a union's inputs) is resolved when the query is made, against an empty DataFrame
-of the payload schema that reaches the operator: Spark's own analyzer resolves the user's Columns, no job runs, and a mistake is a
-:class:`~engine.errors.QueryBuildError` in the user's words (the call, the column, the columns
-available there and the closest match) before any epoch. What a payload is at each operator
-follows semantics §5 (each operator's payload rule) and the operator modules.
+``left_outer_join(on=)``, ``group_by``, ``aggregate``, ``alter_event_lifetime``'s ``start_fn``, a
+union's inputs) is resolved when the query is made, against an empty DataFrame of the payload
+schema that reaches the operator: Spark's own analyzer resolves the user's Columns, no job runs,
+and a mistake is a :class:`~engine.errors.QueryBuildError` in the user's words (the call, the
+column, the columns available there and the closest match) before any epoch. What a payload is at
+each operator follows semantics §5 (each operator's payload rule) and the operator modules.
 """
 
 from __future__ import annotations
