@@ -17,6 +17,7 @@ from ctistream.engine.operators.join import output_columns
 from ctistream.engine.operators.window import WindowOutput
 from ctistream.engine.plan import (
     AntiJoinNode,
+    ClipNode,
     InputNode,
     JoinNode,
     LeftOuterJoinNode,
@@ -528,6 +529,18 @@ class Stream:
         call = _call("left_outer_join", on=list(keys))
         rule = partial(_join_rule, call, "left_outer_join", keys)
         node = LeftOuterJoinNode(self._node, other.node, keys, call=_call("left_outer_join", on=on))
+        return self._then(node, rule, other)
+
+    def clip_event_duration(self, other: Stream, on: str | Sequence[str]) -> Stream:
+        """Each event's end cut to the start of the first event of ``other`` with equal ``on``
+        columns (nulls never match) that starts strictly after this event's start and before
+        its end (StreamInsight's ClipEventDuration); payload = this stream's columns. CTI = the
+        older of both sides' latest CTIs. An event leaves as a START edge first when its end is
+        not yet final. Substream keys as for :meth:`join`; no keyed CTIs pass."""
+        keys = _keys(on, "clip_event_duration")
+        call = _call("clip_event_duration", on=list(keys))
+        rule = partial(_join_rule, call, "clip_event_duration", keys)
+        node = ClipNode(self._node, other.node, keys, call=_call("clip_event_duration", on=on))
         return self._then(node, rule, other)
 
     def union(self, *others: Stream) -> Stream:

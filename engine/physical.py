@@ -38,6 +38,7 @@ from ctistream.engine.ingress import InputSpec, driver_compares
 from ctistream.engine.operators.window import PushedWindow, WindowSpec, push_window
 from ctistream.engine.plan import (
     AntiJoinNode,
+    ClipNode,
     InputNode,
     JoinNode,
     LeftOuterJoinNode,
@@ -55,6 +56,7 @@ from pyspark.sql import SparkSession
 
 __all__ = [
     "AntiJoinStep",
+    "ClipStep",
     "InputScan",
     "JoinStep",
     "LeftOuterJoinStep",
@@ -170,6 +172,12 @@ class AntiJoinStep(Step):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class ClipStep(Step):
+    node: ClipNode
+    stateful: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class LeftOuterJoinStep(Step):
     """A left outer join (:func:`engine.operators.outer_join.left_outer_join`): ``pairs`` is the
     join it runs for its pairs, with neither side's keyed CTIs (its anti-join's fragments end by
@@ -271,6 +279,7 @@ _STEPS: dict[type[Node], type[Step]] = {
     SnapshotNode: SnapshotStep,
     AntiJoinNode: AntiJoinStep,
     LeftOuterJoinNode: LeftOuterJoinStep,
+    ClipNode: ClipStep,
     UnionNode: UnionStep,
 }
 
@@ -387,7 +396,8 @@ def _keyed_sides(node: JoinNode) -> tuple[bool, bool]:
     an END edge still to come (docs/decisions.md, "Per-key CTIs")."""
 
     def joins_below(side: Node) -> bool:
-        return any(isinstance(n, JoinNode | AntiJoinNode | LeftOuterJoinNode) for n in walk(side))
+        joins = JoinNode | AntiJoinNode | LeftOuterJoinNode | ClipNode
+        return any(isinstance(n, joins) for n in walk(side))
 
     return (not joins_below(node.left), not joins_below(node.right))
 

@@ -19,6 +19,7 @@ from pyspark.sql import Column
 
 __all__ = [
     "AntiJoinNode",
+    "ClipNode",
     "InputNode",
     "JoinNode",
     "LeftOuterJoinNode",
@@ -294,6 +295,24 @@ class LeftOuterJoinNode(Node):
 
     def label(self) -> str:
         return f"left_outer_join on {', '.join(self.on)}"
+
+
+@dataclass(eq=False)
+class ClipNode(Node):
+    """Each left event's end cut at the first matching right start after its start
+    (:mod:`engine.operators.clip`)."""
+
+    left: Node
+    right: Node
+    on: tuple[str, ...]
+
+    cti_rule: ClassVar[str] = JoinNode.cti_rule
+
+    def children(self) -> Sequence[Node]:
+        return (self.left, self.right)
+
+    def label(self) -> str:
+        return f"clip_event_duration on {', '.join(self.on)}"
 
 
 @dataclass(eq=False)

@@ -54,6 +54,7 @@ from ctistream.engine.operators import (
     where,
 )
 from ctistream.engine.operators.anti_join import AntiJoinState, anti_join
+from ctistream.engine.operators.clip import ClipState, clip_event_duration
 from ctistream.engine.operators.join import JoinState, join
 from ctistream.engine.operators.outer_join import LeftOuterJoinState, left_outer_join
 from ctistream.engine.operators.snapshot import SnapshotState, snapshot_aggregate
@@ -70,6 +71,7 @@ from ctistream.engine.ordering import (
 from ctistream.engine.packed import count_rows
 from ctistream.engine.physical import (
     AntiJoinStep,
+    ClipStep,
     JoinStep,
     LeftOuterJoinStep,
     LifetimeStep,
@@ -797,6 +799,10 @@ def _run_left_outer_join(
     return left_outer_join(inputs[0], inputs[1], step, st or LeftOuterJoinState(), cache)
 
 
+def _run_clip(step: ClipStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    return clip_event_duration(inputs[0], inputs[1], step.node.on, st or ClipState(), cache)
+
+
 def _run_union(step: UnionStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
     return union(inputs, st or UnionState.initial(len(step.node.inputs)), cache)
 
@@ -812,6 +818,7 @@ _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]
     JoinStep: _run_join,
     AntiJoinStep: _run_anti_join,
     LeftOuterJoinStep: _run_left_outer_join,
+    ClipStep: _run_clip,
     UnionStep: _run_union,
 }
 

@@ -40,6 +40,7 @@ from tests.reference import (
     AlterEventLifetime,
     AntiJoin,
     Binding,
+    ClipEventDuration,
     Input,
     Join,
     LeftOuterJoin,
@@ -909,6 +910,46 @@ def test_left_outer_pairs_and_fragments_waiting_across_epochs_match_the_referenc
 
 @given(
     data=st.data(),
+    case=cases(min_inputs=2, max_inputs=2, max_items=22, doubles=True),
+    shape=SHAPES,
+)
+def test_clips_match_the_reference(app, data, case, shape):
+    cuts = data.draw(epoch_cuts(case.length))
+    plan = ClipEventDuration(Input("a"), Input("b"), ("k",))
+
+    def build(s):
+        return s["a"].clip_event_duration(s["b"], on="k")
+
+    _agree(app, case, plan, build, shape, 1, cuts)
+
+
+@pytest.mark.parametrize("cuts", [[1, 5, 8], list(range(1, 11))])
+def test_clipped_open_edges_waiting_across_epochs_match_the_reference(app, cuts):
+    # Open edges on both sides whose ends become final epochs later: key 1's [0, ...) is cut at
+    # b's start 2, key 2's [1, ...) at b's start 3; a's CTI comes last, so both become final
+    # only when their END edges are known and b's CTI 6 passes the cut.
+    script = EventScript()
+    script.insert("a", edge_start(0, {"k": 1, "v": 0}))
+    script.insert("b", edge_start(2, {"k": 1, "v": 1}))
+    script.insert("a", edge_start(1, {"k": 2, "v": 2}))
+    script.insert("b", edge_start(3, {"k": 2, "v": 3}))
+    script.insert("a", edge_end(0, 8, {"k": 1, "v": 0}))
+    script.insert("a", edge_end(1, 9, {"k": 2, "v": 2}))
+    script.insert("b", edge_end(2, 5, {"k": 1, "v": 1}))
+    script.cti("b", 6)
+    script.cti("b", 9)
+    script.cti("a", 20)
+    case = Case(script, dict.fromkeys("ab", EventShape.EDGE), dict.fromkeys("ab", EXPLICIT), 10)
+    plan = ClipEventDuration(Input("a"), Input("b"), ("k",))
+
+    def build(s):
+        return s["a"].clip_event_duration(s["b"], on="k")
+
+    _agree(app, case, plan, build, EventShape.EDGE, 1, cuts)
+
+
+@given(
+    data=st.data(),
     case=cases(max_inputs=2, max_items=18, forever=True),
     shape=SHAPES,
     keyed=st.booleans(),
@@ -1001,9 +1042,9 @@ def compositions(draw, names: tuple[str, ...], budget: int):
     if budget == 0 or draw(st.integers(0, 4)) == 0:
         name = draw(st.sampled_from(names))
         return Input(name), (lambda s: s[name]), 0
-    ops = ["unary", "window", "snapshot", "union", "join", "anti_join", "left_outer_join"]
+    ops = ["unary", "window", "snapshot", "union", "join", "anti_join", "left_outer_join", "clip"]
     op = draw(st.sampled_from(ops))
-    if op in ("union", "join", "anti_join", "left_outer_join"):
+    if op in ("union", "join", "anti_join", "left_outer_join", "clip"):
         lp, lb, ln = draw(compositions(names, budget - 1))
         rp, rb, rn = draw(compositions(names, budget - 1 - ln))
         used = 1 + ln + rn
@@ -1011,6 +1052,9 @@ def compositions(draw, names: tuple[str, ...], budget: int):
             return Union((lp, rp)), (lambda s: lb(s).union(rb(s))), used
         if op == "anti_join":
             return AntiJoin(lp, rp, ("k",)), (lambda s: lb(s).anti_join(rb(s), on="k")), used
+        if op == "clip":
+            plan = ClipEventDuration(lp, rp, ("k",))
+            return plan, (lambda s: lb(s).clip_event_duration(rb(s), on="k")), used
         if op == "left_outer_join":  # v: the right v, or -1 where no right event matched
             plan = Select(LeftOuterJoin(lp, rp, ("k",), COLUMNS), _right_v_or_minus_one)
             v = F.coalesce(F.col("right_v"), F.lit(-1)).alias("v")
