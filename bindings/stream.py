@@ -18,11 +18,13 @@ from ctistream.engine.operators.join import output_columns
 from ctistream.engine.operators.window import WindowOutput
 from ctistream.engine.plan import (
     AntiJoinNode,
+    ClipNode,
     CountWindowNode,
     GroupApplyNode,
     GroupNode,
     InputNode,
     JoinNode,
+    LeftOuterJoinNode,
     LifetimeNode,
     MergeNode,
     Node,
@@ -274,11 +276,14 @@ def _payload_frame(spark: SparkSession, node: Node, memo: dict[int, DataFrame]) 
         frame = inputs[0].where(node.condition)
     elif isinstance(node, SelectNode):
         frame = inputs[0].select(*node.columns)
-    elif isinstance(node, JoinNode):
+    elif isinstance(node, JoinNode | LeftOuterJoinNode):
         left, right = inputs
         names = output_columns(left.columns, right.columns)[len(left.columns) :]
         renamed = [F.col(f"`{c}`").alias(n) for c, n in zip(right.columns, names, strict=True)]
-        frame = left.crossJoin(right.select(*renamed))
+        if isinstance(node, LeftOuterJoinNode):  # a fragment's right columns are null
+            frame = left.join(right.select(*renamed), F.lit(True), "left")
+        else:
+            frame = left.crossJoin(right.select(*renamed))
     elif isinstance(node, WindowNode | SnapshotNode | CountWindowNode | SessionWindowNode):
         aggregates = [col.alias(name) for name, col in node.aggregates]
         frame = inputs[0].groupBy(*node.keys).agg(*aggregates)
@@ -533,6 +538,29 @@ class Stream:
         keys = _keys(on, "anti_join")
         rule = partial(_join_rule, _call("anti_join", on=list(keys)), "anti_join", keys)
         node = AntiJoinNode(self._node, other.node, keys, call=_call("anti_join", on=on))
+        return self._then(node, rule, other)
+
+    def left_outer_join(self, other: Stream, on: str | Sequence[str]) -> Stream:
+        """The pairs of :meth:`join`, plus the parts of this stream's lifetimes that no event of
+        ``other`` with equal ``on`` columns covers (:meth:`anti_join`'s), with ``other``'s
+        columns null; payload and CTI as :meth:`join`'s (``other``'s columns nullable).
+        Substream keys as for :meth:`join`; no keyed CTIs pass (as for :meth:`anti_join`)."""
+        keys = _keys(on, "left_outer_join")
+        call = _call("left_outer_join", on=list(keys))
+        rule = partial(_join_rule, call, "left_outer_join", keys)
+        node = LeftOuterJoinNode(self._node, other.node, keys, call=_call("left_outer_join", on=on))
+        return self._then(node, rule, other)
+
+    def clip_event_duration(self, other: Stream, on: str | Sequence[str]) -> Stream:
+        """Each event's end cut to the start of the first event of ``other`` with equal ``on``
+        columns (nulls never match) that starts strictly after this event's start and before
+        its end (StreamInsight's ClipEventDuration); payload = this stream's columns. CTI = the
+        older of both sides' latest CTIs. An event leaves as a START edge first when its end is
+        not yet final. Substream keys as for :meth:`join`; no keyed CTIs pass."""
+        keys = _keys(on, "clip_event_duration")
+        call = _call("clip_event_duration", on=list(keys))
+        rule = partial(_join_rule, call, "clip_event_duration", keys)
+        node = ClipNode(self._node, other.node, keys, call=_call("clip_event_duration", on=on))
         return self._then(node, rule, other)
 
     def union(self, *others: Stream) -> Stream:

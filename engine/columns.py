@@ -1,12 +1,13 @@
 """Build-time checks of the columns a plan names (driver, no Spark job).
 
 Every column an operator names (``where``, ``select``, ``join(on=)``, ``anti_join(on=)``,
-``group_by``, ``aggregate``, ``alter_event_lifetime``'s ``start_fn``, a union's inputs) is
-resolved when the query is made, against an empty DataFrame of the payload schema that reaches
-the operator: Spark's own analyzer resolves the user's Columns, no job runs, and a mistake is a
+``left_outer_join(on=)``, ``clip_event_duration(on=)``, ``group_by``, ``aggregate``,
+``alter_event_lifetime``'s ``start_fn``, a union's inputs) is resolved when the query is made,
+against an empty DataFrame of the payload schema that reaches the operator: Spark's own analyzer
+resolves the user's Columns, no job runs, and a mistake is a
 :class:`~engine.errors.QueryBuildError` in the user's words (the call, the column, the columns
-available there and the closest match) before any epoch. What a payload is at each operator
-follows semantics §5 (each operator's payload rule) and the operator modules.
+available there and the closest match) before any epoch. What a payload is at each operator follows
+semantics §5 (each operator's payload rule) and the operator modules.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from ctistream.engine.errors import QueryBuildError, spark_message, unknown_colu
 from ctistream.engine.operators.join import output_columns
 from ctistream.engine.plan import (
     AntiJoinNode,
+    ClipNode,
     CountWindowNode,
     GroupApplyNode,
     GroupNode,
     InputNode,
     JoinNode,
+    LeftOuterJoinNode,
     LifetimeNode,
     MergeNode,
     Node,
@@ -129,18 +132,20 @@ def _payload(
         return schema
     if isinstance(node, WindowNode | SnapshotNode | CountWindowNode | SessionWindowNode):
         return _aggregate(spark, call, out[id(node.child)], node.keys, node.aggregates)
-    if isinstance(node, JoinNode | AntiJoinNode):
+    if isinstance(node, JoinNode | AntiJoinNode | LeftOuterJoinNode | ClipNode):
         left, right = out[id(node.left)], out[id(node.right)]
         for side, schema in (("left", left), ("right", right)):
             for key in node.on:
                 _resolve(spark, call, schema, f"the {side} stream's payload", _selecting(key))
-        if isinstance(node, AntiJoinNode):
+        if isinstance(node, AntiJoinNode | ClipNode):
             return left
         try:
             names = output_columns(left.fieldNames(), right.fieldNames())
         except QueryBuildError as e:
             raise QueryBuildError(f"{call}: {e}") from None
         fields = [*left.fields, *right.fields]
+        if isinstance(node, LeftOuterJoinNode):  # a fragment's right columns are null
+            fields = [*left.fields, *(StructField(f.name, f.dataType, True) for f in right.fields)]
         return StructType(
             [StructField(n, f.dataType, f.nullable) for n, f in zip(names, fields, strict=True)]
         )

@@ -38,11 +38,13 @@ from ctistream.engine.ingress import InputSpec, driver_compares
 from ctistream.engine.operators.window import PushedWindow, WindowSpec, push_window
 from ctistream.engine.plan import (
     AntiJoinNode,
+    ClipNode,
     CountWindowNode,
     GroupApplyNode,
     GroupNode,
     InputNode,
     JoinNode,
+    LeftOuterJoinNode,
     LifetimeNode,
     MergeNode,
     Node,
@@ -58,11 +60,13 @@ from pyspark.sql import SparkSession
 
 __all__ = [
     "AntiJoinStep",
+    "ClipStep",
     "CountWindowStep",
     "GroupApplyStep",
     "GroupStep",
     "InputScan",
     "JoinStep",
+    "LeftOuterJoinStep",
     "LifetimeStep",
     "MergeStep",
     "PhysicalPlan",
@@ -188,6 +192,23 @@ class AntiJoinStep(Step):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class ClipStep(Step):
+    node: ClipNode
+    stateful: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class LeftOuterJoinStep(Step):
+    """A left outer join (:func:`engine.operators.outer_join.left_outer_join`): ``pairs`` is the
+    join it runs for its pairs, with neither side's keyed CTIs (its anti-join's fragments end by
+    the sides' CTIs, as the anti-join's do)."""
+
+    node: LeftOuterJoinNode
+    pairs: JoinStep
+    stateful: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class UnionStep(Step):
     node: UnionNode
     stateful: ClassVar[bool] = True
@@ -271,6 +292,12 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
                     points=(_points(node.left, by_node), _points(node.right, by_node)),
                 )
             )
+        elif isinstance(node, LeftOuterJoinNode):
+            pairs = JoinStep(
+                node=JoinNode(node.left, node.right, node.on, call=node.call),
+                keyed_sides=(False, False),
+            )
+            steps.append(LeftOuterJoinStep(node=node, pairs=pairs, checkpoint=checkpoint))
         else:
             steps.append(_STEPS[type(node)](node=node, checkpoint=checkpoint))
     return PhysicalPlan(scans, tuple(steps), ingress_ahead=not traced)
@@ -288,6 +315,8 @@ _STEPS: dict[type[Node], type[Step]] = {
     CountWindowNode: CountWindowStep,
     SessionWindowNode: SessionWindowStep,
     AntiJoinNode: AntiJoinStep,
+    LeftOuterJoinNode: LeftOuterJoinStep,
+    ClipNode: ClipStep,
     UnionNode: UnionStep,
     GroupNode: GroupStep,
     GroupApplyNode: GroupApplyStep,
@@ -406,7 +435,8 @@ def _keyed_sides(node: JoinNode) -> tuple[bool, bool]:
     an END edge still to come (docs/decisions.md, "Per-key CTIs")."""
 
     def joins_below(side: Node) -> bool:
-        return any(isinstance(n, JoinNode | AntiJoinNode) for n in walk(side))
+        joins = JoinNode | AntiJoinNode | LeftOuterJoinNode | ClipNode
+        return any(isinstance(n, joins) for n in walk(side))
 
     return (not joins_below(node.left), not joins_below(node.right))
 

@@ -19,11 +19,13 @@ from pyspark.sql import Column
 
 __all__ = [
     "AntiJoinNode",
+    "ClipNode",
     "CountWindowNode",
     "GroupApplyNode",
     "GroupNode",
     "InputNode",
     "JoinNode",
+    "LeftOuterJoinNode",
     "LifetimeNode",
     "MergeNode",
     "Node",
@@ -279,6 +281,42 @@ class AntiJoinNode(Node):
 
     def label(self) -> str:
         return f"anti_join on {', '.join(self.on)}"
+
+
+@dataclass(eq=False)
+class LeftOuterJoinNode(Node):
+    """The join's pairs, plus the anti-join's fragments of left lifetimes with the right
+    columns null (:mod:`engine.operators.outer_join`)."""
+
+    left: Node
+    right: Node
+    on: tuple[str, ...]
+
+    cti_rule: ClassVar[str] = JoinNode.cti_rule
+
+    def children(self) -> Sequence[Node]:
+        return (self.left, self.right)
+
+    def label(self) -> str:
+        return f"left_outer_join on {', '.join(self.on)}"
+
+
+@dataclass(eq=False)
+class ClipNode(Node):
+    """Each left event's end cut at the first matching right start after its start
+    (:mod:`engine.operators.clip`)."""
+
+    left: Node
+    right: Node
+    on: tuple[str, ...]
+
+    cti_rule: ClassVar[str] = JoinNode.cti_rule
+
+    def children(self) -> Sequence[Node]:
+        return (self.left, self.right)
+
+    def label(self) -> str:
+        return f"clip_event_duration on {', '.join(self.on)}"
 
 
 @dataclass(eq=False)

@@ -54,6 +54,7 @@ from ctistream.engine.operators import (
     where,
 )
 from ctistream.engine.operators.anti_join import AntiJoinState, anti_join
+from ctistream.engine.operators.clip import ClipState, clip_event_duration
 from ctistream.engine.operators.count_session import (
     CountState,
     SessionState,
@@ -62,6 +63,7 @@ from ctistream.engine.operators.count_session import (
 )
 from ctistream.engine.operators.group_apply import group_input, pass_through
 from ctistream.engine.operators.join import JoinState, join
+from ctistream.engine.operators.outer_join import LeftOuterJoinState, left_outer_join
 from ctistream.engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from ctistream.engine.operators.window import (
     WindowState,
@@ -76,10 +78,12 @@ from ctistream.engine.ordering import (
 from ctistream.engine.packed import count_rows
 from ctistream.engine.physical import (
     AntiJoinStep,
+    ClipStep,
     CountWindowStep,
     GroupApplyStep,
     GroupStep,
     JoinStep,
+    LeftOuterJoinStep,
     LifetimeStep,
     MergeStep,
     PhysicalPlan,
@@ -822,6 +826,16 @@ def _run_anti_join(step: AntiJoinStep, inputs: list[Flow], st: Any, cache: Epoch
     return anti_join(inputs[0], inputs[1], step.node.on, st or AntiJoinState(), cache)
 
 
+def _run_left_outer_join(
+    step: LeftOuterJoinStep, inputs: list[Flow], st: Any, cache: EpochCache
+) -> tuple:
+    return left_outer_join(inputs[0], inputs[1], step, st or LeftOuterJoinState(), cache)
+
+
+def _run_clip(step: ClipStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    return clip_event_duration(inputs[0], inputs[1], step.node.on, st or ClipState(), cache)
+
+
 def _run_union(step: UnionStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
     return union(inputs, st or UnionState.initial(len(step.node.inputs)), cache)
 
@@ -838,6 +852,8 @@ _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]
     SessionWindowStep: _run_session,
     JoinStep: _run_join,
     AntiJoinStep: _run_anti_join,
+    LeftOuterJoinStep: _run_left_outer_join,
+    ClipStep: _run_clip,
     UnionStep: _run_union,
     GroupStep: group_input,
     GroupApplyStep: pass_through,

@@ -40,10 +40,12 @@ from tests.reference import (
     AlterEventLifetime,
     AntiJoin,
     Binding,
+    ClipEventDuration,
     CountWindow,
     GroupApply,
     Input,
     Join,
+    LeftOuterJoin,
     Select,
     SessionWindow,
     ShiftEventTime,
@@ -870,6 +872,87 @@ def test_joins_match_the_reference(app, data, case, shape, anti, after):
 
 @given(
     data=st.data(),
+    case=cases(min_inputs=2, max_inputs=2, max_items=22, doubles=True),
+    shape=SHAPES,
+)
+def test_left_outer_joins_match_the_reference(app, data, case, shape):
+    # Double payloads pass through both parts (pairs and unmatched fragments) bit for bit.
+    cuts = data.draw(epoch_cuts(case.length))
+    plan = LeftOuterJoin(Input("a"), Input("b"), ("k",), COLUMNS)
+
+    def build(s):
+        return s["a"].left_outer_join(s["b"], on="k")
+
+    _agree(app, case, plan, build, shape, 1, cuts)
+
+
+@pytest.mark.parametrize("cuts", [[1, 5, 8], list(range(1, 11))])
+def test_left_outer_pairs_and_fragments_waiting_across_epochs_match_the_reference(app, cuts):
+    # Open edges on both sides that wait over several epochs: key 1's pair ends when both ends
+    # are known and its unmatched parts [0, 2) and [5, 8) wait for b's CTIs; key 2's pair ends
+    # when b's CTI passes a's end, its part [1, 3) leaves once b's CTI passes 3.
+    script = EventScript()
+    script.insert("a", edge_start(0, {"k": 1, "v": 0}))
+    script.insert("b", edge_start(2, {"k": 1, "v": 1}))
+    script.insert("a", edge_start(1, {"k": 2, "v": 2}))
+    script.insert("b", edge_start(3, {"k": 2, "v": 3}))
+    script.insert("a", edge_end(0, 8, {"k": 1, "v": 0}))
+    script.insert("a", edge_end(1, 9, {"k": 2, "v": 2}))
+    script.insert("b", edge_end(2, 5, {"k": 1, "v": 1}))
+    script.cti("b", 6)
+    script.cti("b", 9)
+    script.cti("a", 20)
+    case = Case(script, dict.fromkeys("ab", EventShape.EDGE), dict.fromkeys("ab", EXPLICIT), 10)
+    plan = LeftOuterJoin(Input("a"), Input("b"), ("k",), COLUMNS)
+
+    def build(s):
+        return s["a"].left_outer_join(s["b"], on="k")
+
+    _agree(app, case, plan, build, EventShape.EDGE, 1, cuts)
+
+
+@given(
+    data=st.data(),
+    case=cases(min_inputs=2, max_inputs=2, max_items=22, doubles=True),
+    shape=SHAPES,
+)
+def test_clips_match_the_reference(app, data, case, shape):
+    cuts = data.draw(epoch_cuts(case.length))
+    plan = ClipEventDuration(Input("a"), Input("b"), ("k",))
+
+    def build(s):
+        return s["a"].clip_event_duration(s["b"], on="k")
+
+    _agree(app, case, plan, build, shape, 1, cuts)
+
+
+@pytest.mark.parametrize("cuts", [[1, 5, 8], list(range(1, 11))])
+def test_clipped_open_edges_waiting_across_epochs_match_the_reference(app, cuts):
+    # Open edges on both sides whose ends become final epochs later: key 1's [0, ...) is cut at
+    # b's start 2, key 2's [1, ...) at b's start 3; a's CTI comes last, so both become final
+    # only when their END edges are known and b's CTI 6 passes the cut.
+    script = EventScript()
+    script.insert("a", edge_start(0, {"k": 1, "v": 0}))
+    script.insert("b", edge_start(2, {"k": 1, "v": 1}))
+    script.insert("a", edge_start(1, {"k": 2, "v": 2}))
+    script.insert("b", edge_start(3, {"k": 2, "v": 3}))
+    script.insert("a", edge_end(0, 8, {"k": 1, "v": 0}))
+    script.insert("a", edge_end(1, 9, {"k": 2, "v": 2}))
+    script.insert("b", edge_end(2, 5, {"k": 1, "v": 1}))
+    script.cti("b", 6)
+    script.cti("b", 9)
+    script.cti("a", 20)
+    case = Case(script, dict.fromkeys("ab", EventShape.EDGE), dict.fromkeys("ab", EXPLICIT), 10)
+    plan = ClipEventDuration(Input("a"), Input("b"), ("k",))
+
+    def build(s):
+        return s["a"].clip_event_duration(s["b"], on="k")
+
+    _agree(app, case, plan, build, EventShape.EDGE, 1, cuts)
+
+
+@given(
+    data=st.data(),
     case=cases(max_inputs=2, max_items=18, forever=True),
     shape=SHAPES,
     keyed=st.booleans(),
@@ -1012,20 +1095,14 @@ def compositions(draw, names: tuple[str, ...], budget: int):
     if budget == 0 or draw(st.integers(0, 4)) == 0:
         name = draw(st.sampled_from(names))
         return Input(name), (lambda s: s[name]), 0
-    op = draw(
-        st.sampled_from(
-            [
-                *("unary", "window", "snapshot", "union", "join", "anti_join"),
-                *("count", "session", "group"),
-            ]
-        )
-    )
+    ops = ["unary", "window", "snapshot", "union", "join", "anti_join", "left_outer_join", "clip"]
+    op = draw(st.sampled_from([*ops, "count", "session", "group"]))
     if op == "group":
         cp, cb, cn = draw(compositions(names, budget - 1))
         ref_fn, spark_fn, fn_used = draw(group_fns(names, budget - 1 - cn))
         plan = GroupApply(cp, ("k",), ref_fn)
         return plan, (lambda s: cb(s).group_apply("k", lambda g: spark_fn(s, g))), cn + fn_used + 1
-    if op in ("union", "join", "anti_join"):
+    if op in ("union", "join", "anti_join", "left_outer_join", "clip"):
         lp, lb, ln = draw(compositions(names, budget - 1))
         rp, rb, rn = draw(compositions(names, budget - 1 - ln))
         used = 1 + ln + rn
@@ -1033,6 +1110,13 @@ def compositions(draw, names: tuple[str, ...], budget: int):
             return Union((lp, rp)), (lambda s: lb(s).union(rb(s))), used
         if op == "anti_join":
             return AntiJoin(lp, rp, ("k",)), (lambda s: lb(s).anti_join(rb(s), on="k")), used
+        if op == "clip":
+            plan = ClipEventDuration(lp, rp, ("k",))
+            return plan, (lambda s: lb(s).clip_event_duration(rb(s), on="k")), used
+        if op == "left_outer_join":  # v: the right v, or -1 where no right event matched
+            plan = Select(LeftOuterJoin(lp, rp, ("k",), COLUMNS), _right_v_or_minus_one)
+            v = F.coalesce(F.col("right_v"), F.lit(-1)).alias("v")
+            return plan, (lambda s: lb(s).left_outer_join(rb(s), on="k").select("k", v)), used
         plan = Select(Join(lp, rp, ("k",)), lambda p: {"k": p["k"], "v": p["v"] + p["right_v"]})
         v = (F.col("v") + F.col("right_v")).alias("v")
         return plan, (lambda s: lb(s).join(rb(s), on="k").select("k", v)), used
@@ -1137,6 +1221,10 @@ def test_group_apply_matches_the_reference(app, data, case, shape):
         return out.union(*(s[n] for n in rest)) if rest else out
 
     _agree(app, case, plan, build, shape, 1, cuts)
+
+
+def _right_v_or_minus_one(p: dict) -> dict:
+    return {"k": p["k"], "v": -1 if p["right_v"] is None else p["right_v"]}
 
 
 def _leaves(plan) -> set[str]:

@@ -64,7 +64,8 @@ latest keyed CTI of (K, k))``. Events whose ``K`` value is null never get keyed 
    and its last keyed output of ``k``. A join takes keyed rows only on a column of ``on`` and
    only from a side with no Join or AntiJoin below it: such a side's pairs end by its global
    CTI, so its keys' CTIs could pass an END edge still to come. Pairs end by global CTIs.
-   **AntiJoin, Snapshot**: keyed rows are dropped at their inputs (global CTIs only).
+   **AntiJoin, LeftOuterJoin, ClipEventDuration, Snapshot**: keyed rows are dropped at their
+   inputs (global CTIs only).
 6. **MergeSubstreams**: drops keyed rows; events and global CTIs pass.
 7. **Egress**: a keyed row ``(K, k, c)`` releases the pending items whose payload has ``K`` with
    value ``k`` and whose due is below ``c`` (same rules per consumer shape), sorted as for a
@@ -123,17 +124,21 @@ from ctistream.engine.temporal import (
     saturating_sub,
 )
 
+from .clip import ClipEventDuration, clip_rows
 from .group_apply import GroupApply, evaluate_group_apply
 from .ordering import Decision, Ordering
+from .outer import LeftOuterJoin, left_outer_rows
 
 __all__ = [
     "AlterEventDuration",
     "AlterEventLifetime",
     "AntiJoin",
     "Binding",
+    "ClipEventDuration",
     "Input",
     "Join",
     "KeyedCti",
+    "LeftOuterJoin",
     "MergeSubstreams",
     "Node",
     "Result",
@@ -405,6 +410,8 @@ Node = (
     | MergeSubstreams
     | AntiJoin
     | Join
+    | LeftOuterJoin
+    | ClipEventDuration
     | Snapshot
     | Where
     | Select
@@ -915,6 +922,16 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) 
     if isinstance(node, AntiJoin):
         left = _global_only(_evaluate(node.left, inputs, dropped))
         return _anti_join(node, left, _global_only(_evaluate(node.right, inputs, dropped)))
+    if isinstance(node, LeftOuterJoin):
+        left = _global_only(_evaluate(node.left, inputs, dropped))
+        right = _global_only(_evaluate(node.right, inputs, dropped))
+        pairs = _join(Join(node.left, node.right, node.on), left, right)
+        fragments = _anti_join(AntiJoin(node.left, node.right, node.on), left, right)
+        return left_outer_rows(node, pairs, fragments)
+    if isinstance(node, ClipEventDuration):
+        left = _global_only(_evaluate(node.left, inputs, dropped))
+        right = _global_only(_evaluate(node.right, inputs, dropped))
+        return clip_rows(node, left, right, _Row)
     if isinstance(node, Snapshot):
         return _snapshot(node, _global_only(_evaluate(node.child, inputs, dropped)))
     from . import count_session  # its operators (it imports this module's rows)
@@ -1419,8 +1436,8 @@ def _lifetime(
 
 
 def _joins_in(node: Node) -> bool:
-    """A Join or AntiJoin at or below ``node``."""
-    if isinstance(node, Join | AntiJoin):
+    """A Join, AntiJoin, LeftOuterJoin or ClipEventDuration at or below ``node``."""
+    if isinstance(node, Join | AntiJoin | LeftOuterJoin | ClipEventDuration):
         return True
     if isinstance(node, Union):
         return any(_joins_in(c) for c in node.children)
@@ -1635,7 +1652,7 @@ def _check_bindings(bindings: Sequence[Binding], plan: Node) -> None:
             return [node.name]
         if isinstance(node, Union):
             return [n for c in node.children for n in leaves(c)]
-        if isinstance(node, Join | AntiJoin):
+        if isinstance(node, Join | AntiJoin | LeftOuterJoin | ClipEventDuration):
             return leaves(node.left) + leaves(node.right)
         if hasattr(node, "child"):
             return leaves(node.child)
