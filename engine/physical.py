@@ -48,6 +48,7 @@ from ctistream.engine.plan import (
     UnionNode,
     WhereNode,
     WindowNode,
+    WindowRowsNode,
     walk,
 )
 from pyspark.sql import SparkSession
@@ -64,6 +65,7 @@ __all__ = [
     "Step",
     "UnionStep",
     "WhereStep",
+    "WindowRowsStep",
     "WindowStep",
     "plan",
 ]
@@ -138,6 +140,14 @@ class WindowStep(Step):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class SnapshotStep(Step):
     node: SnapshotNode
+    stateful: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class WindowRowsStep(Step):
+    """Windowed ``top_k`` or ``apply`` (:mod:`engine.operators.window_rows`)."""
+
+    node: WindowRowsNode
     stateful: ClassVar[bool] = True
 
 
@@ -252,6 +262,7 @@ _STEPS: dict[type[Node], type[Step]] = {
     SnapshotNode: SnapshotStep,
     AntiJoinNode: AntiJoinStep,
     UnionNode: UnionStep,
+    WindowRowsNode: WindowRowsStep,
 }
 
 

@@ -57,6 +57,7 @@ from ctistream.engine.operators.anti_join import AntiJoinState, anti_join
 from ctistream.engine.operators.join import JoinState, join
 from ctistream.engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from ctistream.engine.operators.window import (
+    WindowSpec,
     WindowState,
     window_aggregate,
 )
@@ -78,6 +79,7 @@ from ctistream.engine.physical import (
     Step,
     UnionStep,
     WhereStep,
+    WindowRowsStep,
     WindowStep,
     plan,
 )
@@ -793,6 +795,17 @@ def _run_union(step: UnionStep, inputs: list[Flow], st: Any, cache: EpochCache) 
     return union(inputs, st or UnionState.initial(len(step.node.inputs)), cache)
 
 
+def _run_window_rows(step: WindowRowsStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    """Windowed ``top_k`` / ``apply``: the window's own operator, handing its complete windows'
+    members to the node's op (engine.operators.window_rows)."""
+    node = step.node
+    if node.size == 0:
+        state = st or SnapshotState()
+        return snapshot_aggregate(inputs[0], node.keys, (), state, cache, node.op)
+    spec = WindowSpec(node.size, node.hop, node.keys, (), node.point_at_end, node.op)
+    return window_aggregate(inputs[0], spec, st or WindowState(), cache)
+
+
 #: physical node type -> its executor (engine.physical.plan makes the nodes)
 _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]] = {
     WhereStep: _run_where,
@@ -804,6 +817,7 @@ _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]
     JoinStep: _run_join,
     AntiJoinStep: _run_anti_join,
     UnionStep: _run_union,
+    WindowRowsStep: _run_window_rows,
 }
 
 

@@ -24,11 +24,13 @@ from .interpreter import (
     double_variance,
     run_reference,
 )
+from .window_rows import Apply, TopK
 
 __all__ = [
     "AlterEventDuration",
     "AlterEventLifetime",
     "AntiJoin",
+    "Apply",
     "Binding",
     "Input",
     "Join",
@@ -40,6 +42,7 @@ __all__ = [
     "ShiftEventTime",
     "Snapshot",
     "ToPoint",
+    "TopK",
     "Union",
     "Where",
     "Window",
