@@ -3,8 +3,16 @@ checked against the reference interpreter and against Spark, in one epoch and cu
 
 from __future__ import annotations
 
+import uuid
+
 import pandas as pd
 import pytest
+from ctistream.adapters.files import (
+    FileInputConfig,
+    FileInputFactory,
+    FileOutputConfig,
+    FileOutputFactory,
+)
 from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
@@ -25,9 +33,11 @@ from ctistream.engine import (
     interval,
     point,
 )
-from ctistream.engine.errors import QueryBuildError
+from ctistream.engine.errors import QueryBuildError, QueryRunError
 from pyspark.sql import functions as F
 
+from tests.adapters.test_files_query import iso, read_output, write_jsonl
+from tests.engine.test_windows import _state_after
 from tests.harness import In, spark_run
 from tests.reference import Apply, Binding, Input, TopK, run_reference
 
@@ -252,3 +262,176 @@ def test_explain_shows_the_operator_and_its_cti_rule(app):
     applied = stream.snapshot_window().group_by("k").apply(_summary, "n bigint")
     assert applied.explain().splitlines()[0].startswith("snapshot_window group_by k apply _summary")
     assert applied.schema.simpleString() == "struct<k:string,n:bigint>"
+
+
+# -- an apply whose function returns other columns: the run fails, the fix runs on ------------
+
+
+def _per_key(broken: bool):
+    def summary(events: pd.DataFrame) -> pd.DataFrame:
+        total = "sum" if broken and (events["k"] == "b").any() else "total"
+        return pd.DataFrame({"n": [len(events)], total: [float(events["v"].sum())]})
+
+    return summary
+
+
+def _file_apply(app, source, out, broken: bool):
+    stream = Stream.create(
+        "readings",
+        FileInputFactory(),
+        FileInputConfig(
+            path=str(source), time_column="ts", cti_column="c", schema="k string, v double"
+        ),
+        EventShape.POINT,
+    )
+    windowed = stream.tumbling_window("10 seconds").group_by("k")
+    query = windowed.apply(_per_key(broken), "n bigint, total double")
+    return query.to_query(
+        app,
+        f"apply-{uuid.uuid4().hex[:6]}",
+        FileOutputFactory(),
+        FileOutputConfig(path=str(out)),
+        EventShape.POINT,
+    )
+
+
+def test_an_apply_returning_other_columns_fails_naming_them_and_runs_again_once_fixed(
+    app, tmp_path
+):
+    # Points a/1 at 1 s, b/5 at 2 s, a/2 at 3 s, a/3 at 12 s; explicit CTIs at 11 s and 21 s.
+    # tumbling 10 s by k, apply: n and total. The CTI at 11 s completes [0, 10 s): a (n 2,
+    # total 3.0) and b (n 1, total 5.0); its CTI is pulled back to 10 s. The CTI at 21 s
+    # completes [10 s, 20 s): a (1, 3.0); CTI 20 s. The broken function names its total "sum"
+    # for group b: the run fails naming expected and got columns, the window and the group,
+    # and delivers nothing of that epoch. Fixed, the query starts again on its checkpoint and
+    # its output is the clean run's, every item once.
+    rows = [
+        {"ts": iso(1), "k": "a", "v": 1},
+        {"ts": iso(2), "k": "b", "v": 5},
+        {"ts": iso(3), "k": "a", "v": 2},
+        {"ts": iso(11), "c": True},
+        {"ts": iso(12), "k": "a", "v": 3},
+        {"ts": iso(21), "c": True},
+    ]
+    source, out, ckpt = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "ckpt"
+    write_jsonl(source, rows)
+    failed = _file_apply(app, source, out, broken=True)
+    failed.start(trigger=None, checkpoint=ckpt)
+    with pytest.raises(QueryRunError) as error:
+        failed.step()
+    message = str(error.value)
+    for part in (
+        "apply(summary, 'n bigint, total double')",
+        "returned columns ['n', 'sum']",
+        f"the window [{iso(0)}, {iso(10)})",
+        "group {'k': 'b'}",
+        "expected a pandas DataFrame with the columns of the schema, ['n', 'total']",
+        "Fix: make the function return exactly those columns",
+    ):
+        assert part in message, message
+    assert not out.exists() or read_output(out) == []
+
+    again = _file_apply(app, source, out, broken=False)
+    again.start(trigger=None, checkpoint=ckpt)
+    again.step()
+    again.stop(flush=False)
+    ins = lambda s, k, n, total: ("INSERT", iso(s), {"k": k, "n": n, "total": total})  # noqa: E731
+    ct = lambda s: ("CTI", iso(s), {})  # noqa: E731
+    assert read_output(out) == [
+        ins(0, "a", 2, 3.0),
+        ins(0, "b", 1, 5.0),
+        ct(10),
+        ins(10, "a", 1, 3.0),
+        ct(20),
+    ]
+
+
+# -- state bounded by time ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "op", "first"),
+    [
+        ("top_k_state", lambda w: w.top_k(1, F.col("v").desc()), [{"k": 0, "v": 8, "rank": 1}]),
+        (
+            "apply_state",
+            lambda w: w.apply(lambda e: pd.DataFrame({"n": [len(e)]}), "n bigint"),
+            [{"k": 0, "n": 3}],
+        ),
+    ],
+)
+def test_state_is_the_events_of_the_open_windows(app, name, op, first):
+    # Points 0, 2, .., 98 (k = t % 4, v = t), a CTI at each, tumbling 10 by k, 5 epochs, no
+    # flush: the last CTI 98 completes the windows up to [80, 90); the open [90, 100) holds the
+    # points 90 .. 98, so the state is those 5 events, however long the input ran (as for
+    # aggregates that do not merge, tests/engine/test_windows.py). [0, 10) k = 0 has 0, 4, 8:
+    # the largest v is 8; n is 3.
+    state, out = _state_after(app, name, op)
+    assert state == {"state_rows": 5, "cti": "1970-01-01T00:00:00.000090+00:00", "cti_ticks": 90}
+    assert len({(e.start, e.payload["k"]) for e in out}) == 18  # 9 windows x 2 groups
+    assert [e.payload for e in out[:1]] == first
+
+
+# -- substreams: grouped by the key, each key's windows complete at its keyed CTIs ---------------
+
+
+def _count(events: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"count": [len(events)]})
+
+
+#: tests/reference/test_keyed_ctis.py's lagging script (key a runs ahead, b lags), tumbling 10 by
+#: k: a's windows complete at a's keyed CTIs (a/10 in [10, 20), a/25 in [20, 30) leave before the
+#: global CTI 10), b's [10, 20) (b/11, b/12) at b's keyed CTI 23 and [20, 30) (b/23) at the
+#: global CTI 30; [40, 50) and [50, 60) at +inf (worked out there for the count)
+KEYED = [
+    ("top_k", lambda w: w.top_k(1, F.col("t").desc()), (("t", False, False),)),
+    ("apply", lambda w: w.apply(_count, "count bigint"), None),
+]
+
+
+@pytest.mark.parametrize(("op", "build", "order"), KEYED)
+def test_grouped_by_the_substream_key_a_keys_windows_leave_at_its_keyed_ctis(app, op, build, order):
+    from tests.reference.test_keyed_ctis import LAGGING, counted, ordered, script
+
+    if op == "top_k":  # the latest t of each window and key: b's [10, 20) has 11 and 12
+        plan = TopK(Input("s"), 10, 10, ("k",), 1, order)
+        row = lambda s, e, k, t: interval(s, e, {"t": t, "k": k, "rank": 1})  # noqa: E731
+        values = {"a": (10, 25, 41, 52), "b": (12, 23)}
+    else:  # the counts of tests/reference/test_keyed_ctis.py
+        plan = Apply(Input("s"), 10, 10, ("k",), _count, ("count",))
+        row = counted
+        values = {"a": (1, 1, 1, 1), "b": (2, 1)}
+    a, b = values["a"], values["b"]
+    expected = [
+        cti(-10),
+        row(10, 20, "a", a[0]),
+        row(20, 30, "a", a[1]),
+        cti(10),
+        row(10, 20, "b", b[0]),
+        row(20, 30, "b", b[1]),
+        cti(30),
+        row(40, 50, "a", a[2]),
+        row(50, 60, "a", a[3]),
+        INF,
+    ]
+    binding = [Binding("s", None, ("t", "k"), ordered())]
+    assert run_reference(script(LAGGING), binding, plan, EventShape.INTERVAL).output == expected
+    for epochs in (1, [12, 30]):
+        stream = Stream.create(
+            "s",
+            MemoryInputFactory(),
+            MemoryInputConfig(script=script(LAGGING), schema="t bigint, k string"),
+            EventShape.POINT,
+            ordering=ordered(),
+        )
+        result = build(stream.tumbling_window(TICK * 10).group_by("k"))
+        assert result.substream_key == "k"
+        sink = f"keyed-{op}-{epochs!r}"
+        query = result.to_query(
+            app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.INTERVAL
+        )
+        try:
+            query.run(epochs=epochs)
+        finally:
+            app.queries.pop(sink, None)
+        assert MemoryOutputFactory.collected(sink) == expected, f"epochs={epochs}"
