@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.rows import END, POS, START
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, iso_time
 from pyspark.sql import Column, DataFrame, Window
@@ -196,6 +197,14 @@ class Apply(PerWindow):
         return [*keys, *self.schema.fieldNames()]
 
     def schema_of(self, payload: StructType, keys: tuple[str, ...]) -> StructType:
+        taken = [c for c in ("start", "end") if c in payload.fieldNames()]
+        if taken:  # the function would get the lifetime in place of the payload column
+            raise QueryBuildError(
+                f"{self.call}: the payload has a column named {taken[0]!r}; apply gives the "
+                "function each event's lifetime as the columns 'start' and 'end'. Fix: rename "
+                f"it before the window, e.g. .select('*') with F.col({taken[0]!r}).alias("
+                f"'{taken[0]}_value')"
+            )
         types = {f.name: f for f in payload.fields}
         return StructType([*(types[k] for k in keys), *self.schema.fields])
 
@@ -288,9 +297,6 @@ def _plain(value: Any) -> Any:
 
 def apply_schema(schema: str | StructType) -> StructType:
     """``apply``'s ``schema`` as a StructType (DDL parsed by Spark)."""
-    if isinstance(schema, StructType):
-        return schema
     from ctistream.engine._spark import parse_schema
 
-    parsed = parse_schema(schema)
-    return StructType([StructField(f.name, f.dataType, f.nullable) for f in parsed.fields])
+    return schema if isinstance(schema, StructType) else parse_schema(schema)

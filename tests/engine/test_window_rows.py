@@ -240,12 +240,19 @@ def test_bad_arguments_are_refused_where_the_operator_is_called(app, call, error
         lambda w: w.top_k(2, F.col("vv").desc()),
         lambda w: w.group_by("kk").top_k(2, "v"),
         lambda w: w.group_by("kk").apply(_summary, "n bigint"),
+        lambda w: (
+            w.top_k(1, "v")
+            .select("k", F.col("v").alias("start"))
+            .tumbling_window("1 minute")
+            .apply(_summary, "n bigint")
+        ),
     ],
 )
-def test_an_unknown_column_is_refused_when_the_query_is_made(app, build):
+def test_an_unknown_or_shadowed_column_is_refused_when_the_query_is_made(app, build):
     stream = build(_stream().tumbling_window("10 seconds"))
     sink = "unknown_column"
-    with pytest.raises(QueryBuildError, match=r"no column '(vv|kk)' in the windowed stream's"):
+    expected = r"no column '(vv|kk)' in the windowed stream's|a column named 'start'; apply gives"
+    with pytest.raises(QueryBuildError, match=expected):
         stream.to_query(
             app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.POINT
         )
