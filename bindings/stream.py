@@ -16,6 +16,13 @@ from ctistream.engine.events import EventShape
 from ctistream.engine.operators.group_apply import rewrite
 from ctistream.engine.operators.join import output_columns
 from ctistream.engine.operators.window import WindowOutput
+from ctistream.engine.operators.window_rows import (
+    Apply,
+    PerWindow,
+    TopK,
+    apply_schema,
+    sort_key,
+)
 from ctistream.engine.plan import (
     AntiJoinNode,
     ClipNode,
@@ -34,6 +41,7 @@ from ctistream.engine.plan import (
     UnionNode,
     WhereNode,
     WindowNode,
+    WindowRowsNode,
     walk,
 )
 from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings, Versions
@@ -287,6 +295,8 @@ def _payload_frame(spark: SparkSession, node: Node, memo: dict[int, DataFrame]) 
     elif isinstance(node, WindowNode | SnapshotNode | CountWindowNode | SessionWindowNode):
         aggregates = [col.alias(name) for name, col in node.aggregates]
         frame = inputs[0].groupBy(*node.keys).agg(*aggregates)
+    elif isinstance(node, WindowRowsNode):  # windowed top_k, apply
+        frame = spark.createDataFrame([], node.op.schema_of(inputs[0].schema, node.keys))
     elif isinstance(node, UnionNode):  # by name, as engine.operators.basic.union
         frame = inputs[0]
         for other in inputs[1:]:
@@ -840,3 +850,91 @@ class WindowedStream:
             ),
             rule,
         )
+
+    def _grouped_call(self, op: str) -> str:
+        grouped = f".group_by({', '.join(repr(k) for k in self._keys)})" if self._keys else ""
+        return f"{self._call}{grouped}.{op}"
+
+    def _rows(self, op: PerWindow, call: str) -> Stream:
+        """A :class:`WindowRowsNode` of ``op`` over this window, keeping a substream key only
+        among the group_by keys (as ``aggregate``)."""
+        rule = partial(_group_rule, call, self._call.split("(", 1)[0], self._keys)
+        node = WindowRowsNode(
+            self._source.node,
+            self._size,
+            self._hop,
+            self._keys,
+            op,
+            self._output is WindowOutput.POINT_AT_END,
+            call=call,
+        )
+        return self._source._then(node, rule)
+
+    def top_k(self, k: int, *order_by: Column | str) -> Stream:
+        """Per window (and group), the ``k`` events first in ``order_by`` (semantics §5), each
+        with the window's lifetime and a ``rank`` column (1 .. k) after its payload; ties are
+        broken by start, end, then the payload columns in order (ascending, nulls first).
+
+        ``order_by``: payload column names (ascending) or columns with ``.asc()``, ``.desc()``
+        (``F.col("n").desc()``: the largest first) and their ``_nulls_first`` / ``_nulls_last``
+        forms. Output CTI: as the window's. Released once the window is complete; results are
+        final. A substream key must be among the group_by keys."""
+        call = self._grouped_call(_call("top_k", k, *order_by))
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError(
+                f"{call}: k must be a whole number of events, at least 1; got "
+                f"{type(k).__name__} {k!r}. Fix: pass an int, e.g. top_k(3, F.col('n').desc())"
+            )
+        if k < 1:
+            raise QueryBuildError(
+                f"{call}: k must be at least 1; got {k}. Fix: ask for 1 or more events per "
+                "window, e.g. top_k(1, ...) for the first"
+            )
+        if not order_by:
+            raise ValueError(
+                f"{call}: order_by is missing; expected at least one column to rank by. Fix: "
+                "e.g. top_k(3, F.col('v').desc())"
+            )
+        order = tuple(sort_key(o) for o in order_by)
+        return self._rows(TopK(k, order), call)
+
+    def apply(self, fn: Callable[[Any], Any], schema: str | StructType) -> Stream:
+        """The user-defined operator (semantics §5): ``fn(events)`` once per complete window
+        (and group), in a Spark task (``applyInPandas``). ``events`` is a pandas DataFrame of the
+        window's events: their payload columns, then ``start`` and ``end`` (each event's own
+        lifetime, tz-aware UTC ``datetime64[us, UTC]``; ``NaT`` for the +inf end of an edge still
+        open), in the order start, end, arrival. ``fn`` returns a pandas DataFrame with exactly
+        the columns of ``schema`` (Spark DDL or a ``StructType``; any order), zero or more rows;
+        each becomes an event with the window's lifetime and, when grouped, the group's key
+        columns first. Output CTI: as the window's. Results are final.
+
+        A result with other columns fails the run with a ``QueryRunError`` naming expected and
+        got columns, the window and the group; fix ``fn`` and start the query again on its
+        checkpoint: nothing already accepted is lost."""
+        name = getattr(fn, "__name__", type(fn).__name__)
+        shown = schema if isinstance(schema, str) else getattr(schema, "simpleString", str)()
+        call = self._grouped_call(f"apply({name}, {shown!r})")
+        if not callable(fn):
+            raise TypeError(
+                f"{call}: fn must be a function from a pandas DataFrame to one; got {fn!r}. "
+                "Fix: pass e.g. lambda events: events.groupby('k', as_index=False).size()"
+            )
+        if not isinstance(schema, str | StructType):
+            raise TypeError(
+                f"{call}: schema must be Spark DDL or a StructType; got {schema!r}. Fix: e.g. "
+                "schema='k bigint, n bigint'"
+            )
+        parsed = apply_schema(schema)
+        if not parsed.fields:
+            raise QueryBuildError(
+                f"{call}: schema has no columns; expected the columns fn returns. Fix: e.g. "
+                "schema='n bigint'"
+            )
+        clash = [k for k in self._keys if k in parsed.fieldNames()]
+        if clash:
+            raise QueryBuildError(
+                f"{call}: schema names the group_by key column(s) {clash}; the engine adds the "
+                "group's keys to every result row itself. Fix: leave them out of schema (and of "
+                "what fn returns)"
+            )
+        return self._rows(Apply(fn, parsed, call), call)

@@ -36,6 +36,7 @@ from ctistream.engine.plan import (
     UnionNode,
     WhereNode,
     WindowNode,
+    WindowRowsNode,
     walk,
 )
 from ctistream.engine.rows import START
@@ -132,6 +133,11 @@ def _payload(
         return schema
     if isinstance(node, WindowNode | SnapshotNode | CountWindowNode | SessionWindowNode):
         return _aggregate(spark, call, out[id(node.child)], node.keys, node.aggregates)
+    if isinstance(node, WindowRowsNode):  # windowed top_k, apply (engine.operators.window_rows)
+        schema = out[id(node.child)]
+        for name in (*node.keys, *node.op.columns()):
+            _resolve(spark, call, schema, "the windowed stream's payload", _selecting(name))
+        return node.op.schema_of(schema, node.keys)
     if isinstance(node, JoinNode | AntiJoinNode | LeftOuterJoinNode | ClipNode):
         left, right = out[id(node.left)], out[id(node.right)]
         for side, schema in (("left", left), ("right", right)):

@@ -54,6 +54,7 @@ from ctistream.engine.plan import (
     UnionNode,
     WhereNode,
     WindowNode,
+    WindowRowsNode,
     walk,
 )
 from pyspark.sql import SparkSession
@@ -76,6 +77,7 @@ __all__ = [
     "Step",
     "UnionStep",
     "WhereStep",
+    "WindowRowsStep",
     "WindowStep",
     "plan",
 ]
@@ -162,6 +164,14 @@ class CountWindowStep(Step):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class SessionWindowStep(Step):
     node: SessionWindowNode
+    stateful: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class WindowRowsStep(Step):
+    """Windowed ``top_k`` or ``apply`` (:mod:`engine.operators.window_rows`)."""
+
+    node: WindowRowsNode
     stateful: ClassVar[bool] = True
 
 
@@ -320,6 +330,7 @@ _STEPS: dict[type[Node], type[Step]] = {
     UnionNode: UnionStep,
     GroupNode: GroupStep,
     GroupApplyNode: GroupApplyStep,
+    WindowRowsNode: WindowRowsStep,
 }
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "UnionNode",
     "WhereNode",
     "WindowNode",
+    "WindowRowsNode",
     "substitute",
     "walk",
 ]
@@ -379,6 +380,45 @@ class SessionWindowNode(Node):
         most = f" max_duration {duration_text(self.max_duration)}" if self.max_duration else ""
         window = f"session_window timeout {duration_text(self.timeout)}{most}"
         return f"{window}{_aggregates(self.keys, self.aggregates)}"
+
+
+@dataclass(eq=False)
+class WindowRowsNode(Node):
+    """Windowed ``top_k`` or ``apply`` (``op``, :mod:`engine.operators.window_rows`) over a
+    tumbling or hopping window (``size``, ``hop``) or, with ``size == 0``, snapshots; grouped by
+    ``keys``. Windows, membership and CTIs are the window's (:class:`WindowNode`,
+    :class:`SnapshotNode`)."""
+
+    child: Node
+    size: int
+    hop: int
+    keys: tuple[str, ...]
+    op: Any
+    point_at_end: bool = False
+
+    @property
+    def cti_rule(self) -> str:  # type: ignore[override]
+        if self.size == 0:
+            return "as the window: " + SnapshotNode.cti_rule
+        where = "end" if self.point_at_end else "start"
+        return (
+            f"as the window: pulled back to the {where} of the earliest window still open; the "
+            "input's when none is (§5)"
+        )
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
+
+    def label(self) -> str:
+        if self.size == 0:
+            window = "snapshot_window"
+        elif self.size == self.hop:
+            window = f"tumbling_window {duration_text(self.size)}"
+        else:
+            window = f"hopping_window {duration_text(self.size)} every {duration_text(self.hop)}"
+        grouped = f" group_by {', '.join(self.keys)}" if self.keys else ""
+        at_end = ", each result a point at its window's end" if self.point_at_end else ""
+        return f"{window}{grouped} {self.op.label()}{at_end}"
 
 
 @dataclass(eq=False)

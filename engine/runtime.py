@@ -66,6 +66,7 @@ from ctistream.engine.operators.join import JoinState, join
 from ctistream.engine.operators.outer_join import LeftOuterJoinState, left_outer_join
 from ctistream.engine.operators.snapshot import SnapshotState, snapshot_aggregate
 from ctistream.engine.operators.window import (
+    WindowSpec,
     WindowState,
     window_aggregate,
 )
@@ -93,6 +94,7 @@ from ctistream.engine.physical import (
     Step,
     UnionStep,
     WhereStep,
+    WindowRowsStep,
     WindowStep,
     plan,
 )
@@ -840,6 +842,17 @@ def _run_union(step: UnionStep, inputs: list[Flow], st: Any, cache: EpochCache) 
     return union(inputs, st or UnionState.initial(len(step.node.inputs)), cache)
 
 
+def _run_window_rows(step: WindowRowsStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
+    """Windowed ``top_k`` / ``apply``: the window's own operator, handing its complete windows'
+    members to the node's op (engine.operators.window_rows)."""
+    node = step.node
+    if node.size == 0:
+        state = st or SnapshotState()
+        return snapshot_aggregate(inputs[0], node.keys, (), state, cache, node.op)
+    spec = WindowSpec(node.size, node.hop, node.keys, (), node.point_at_end, node.op)
+    return window_aggregate(inputs[0], spec, st or WindowState(), cache)
+
+
 #: physical node type -> its executor (engine.physical.plan makes the nodes)
 _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]] = {
     WhereStep: _run_where,
@@ -857,6 +870,7 @@ _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]
     UnionStep: _run_union,
     GroupStep: group_input,
     GroupApplyStep: pass_through,
+    WindowRowsStep: _run_window_rows,
 }
 
 

@@ -155,3 +155,25 @@ def epoch_cuts(draw, length: int) -> list[int]:
     if length < 2:
         return []
     return sorted(draw(st.sets(st.integers(1, length - 1), min_size=1, max_size=3)))
+
+
+#: the windows of generated windowed ``top_k`` / ``apply`` (size, hop); (0, 0): snapshots
+ROW_WINDOWS = ((10, 10), (10, 5), (0, 0))
+
+
+def windowed(stream, size: int, hop: int):
+    """``stream`` cut into the windows of :data:`ROW_WINDOWS`."""
+    if size == 0:
+        return stream.snapshot_window()
+    return stream.hopping_window(TICK * size, TICK * hop)
+
+
+def distinct_values(events):
+    """A deterministic ``apply`` function: one row per distinct ``v`` of the window, ``v * 10 +``
+    how many events have it ``+ 100 *`` how many of those are open (their end NaT: +inf)."""
+    import pandas as pd
+
+    rows = []
+    for v, group in events.groupby("v", sort=True):
+        rows.append(int(v) * 10 + len(group) + 100 * int(group["end"].isna().sum()))
+    return pd.DataFrame({"v": pd.Series(rows, dtype="int64")})

@@ -98,3 +98,46 @@ def test_query_binder_binds_one_template_to_memory_and_to_kafka(spark, kafka_bro
     assert [line.split("'sensor': ")[1] for line in printed] == [
         f"'{s}', 'celsius': {c}}}" for _, s, c in expected
     ]
+
+
+def test_top_sensors_ranks_the_busiest_per_minute_and_applies_a_pandas_function(spark, capsys):
+    module = runpy.run_path(str(EXAMPLES / "top_sensors.py"))
+    from ctistream.bindings import Application
+
+    out = module["run"](Application("top-sensors-test", spark))
+    t0 = 1_795_262_400 * 1_000_000  # 2026-11-21T12:00:00Z
+    minute = 60_000_000
+
+    def events(name):
+        return [((e.start - t0) // minute, dict(e.payload)) for e in out[name] if not e.is_cti]
+
+    # Minute 0: sensor 1 has 4 readings (2, 14, 31, 55 s), sensors 2 and 3 have 3, 4 and 5 one:
+    # 2 and 3 tie on the count, broken by the payload (sensor 2 first). Minute 1: sensors 4
+    # (63, 70, 90 s) and 5 (75, 99, 104 s) have 3, then 1 and 2 one each (sensor 1 first).
+    assert events("busiest") == [
+        (0, {"sensor": 1, "readings": 4, "rank": 1}),
+        (0, {"sensor": 2, "readings": 3, "rank": 2}),
+        (0, {"sensor": 3, "readings": 3, "rank": 3}),
+        (1, {"sensor": 1, "readings": 1, "rank": 3}),
+        (1, {"sensor": 4, "readings": 3, "rank": 1}),
+        (1, {"sensor": 5, "readings": 3, "rank": 2}),
+    ]
+    # Each sensor's peak per minute and its second within the minute.
+    assert events("peaks") == [
+        (0, {"sensor": 1, "peak": 24.0, "at_second": 55}),
+        (0, {"sensor": 2, "peak": 33.5, "at_second": 20}),
+        (0, {"sensor": 3, "peak": 19.5, "at_second": 38}),
+        (0, {"sensor": 4, "peak": 40.0, "at_second": 25}),
+        (0, {"sensor": 5, "peak": 12.0, "at_second": 50}),
+        (1, {"sensor": 1, "peak": 25.0, "at_second": 50}),
+        (1, {"sensor": 2, "peak": 29.0, "at_second": 21}),
+        (1, {"sensor": 4, "peak": 43.5, "at_second": 10}),
+        (1, {"sensor": 5, "peak": 13.5, "at_second": 39}),
+    ]
+    # CTIs 5 s behind each reading, pulled back to the start of the earliest open minute: the
+    # reading at 2 s makes -3 s (minute -1 open: 11:59), 5 s makes 0 (12:00). Minute 0 is
+    # released with the first CTI past its end (the reading at 70 s: 65 s, pulled to 12:01);
+    # minute 1 at the flush.
+    ctis = [e.start for e in out["peaks"] if e.is_cti]
+    assert ctis == [t0 - minute, t0, t0 + minute, 2**63 - 1]
+    assert "top_k 3 by readings desc nulls last" in capsys.readouterr().out

@@ -26,6 +26,7 @@ from ctistream.engine.operators.window import (
     place_results,
     repeatable,
 )
+from ctistream.engine.operators.window_rows import PerWindow
 from ctistream.engine.rows import CTI, EDGE, END, HEADER, POS, START, EpochCache, Flow, hold
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import Column, DataFrame, Window
@@ -49,7 +50,10 @@ def snapshot_aggregate(
     aggregates: tuple[tuple[str, Column], ...],
     state: SnapshotState,
     cache: EpochCache,
+    per_window: PerWindow | None = None,
 ) -> tuple[Flow, SnapshotState]:
+    """``per_window``: rows per final snapshot instead of ``aggregates`` (windowed ``top_k`` and
+    ``apply``, :mod:`engine.operators.window_rows`)."""
     payload = [c for c in flow.events.columns if c not in HEADER]
     edge = F.col(EDGE)
     new = flow.events.filter(~edge.eqNullSafe("END")).select(
@@ -87,12 +91,16 @@ def snapshot_aggregate(
         F.broadcast(snaps), (F.col(START) <= F.col("__p")) & (F.col(END) > F.col("__p"))
     )
     # doubles summed exactly (semantics §4): the same bits however the events were cut
-    exact = exact_aggregates(aggregates, new, "snapshot_window()")
-    grouped = active.groupBy("__p", "__q", *keys).agg(
-        *[c.alias(n) for n, c in repeatable(aggregates, exact)]
-    )
+    if per_window is not None:
+        grouped = per_window.rows(active, ["__p", "__q"], keys, payload, ("__p", "__q"))
+        names = per_window.names(payload, keys)
+    else:
+        exact = exact_aggregates(aggregates, new, "snapshot_window()")
+        grouped = active.groupBy("__p", "__q", *keys).agg(
+            *[c.alias(n) for n, c in repeatable(aggregates, exact)]
+        )
+        names = [*keys, *(n for n, _ in aggregates)]
     ctis = cache.keep(flow.ctis)
-    names = [*keys, *(n for n, _ in aggregates)]
     # Final at the first CTI above its end (the last snapshot, ending at +inf, at the CTI +inf).
     done_at = f"least(__q, {MAX_TIME - 1}) + 1"
     results = place_results(grouped, done_at, "__p", "__q", names, ctis)

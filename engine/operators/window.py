@@ -127,6 +127,9 @@ class WindowSpec:
     keys: tuple[str, ...]
     aggregates: tuple[tuple[str, Column], ...]
     point_at_end: bool = False
+    #: rows per complete window instead of aggregates (windowed ``top_k`` and ``apply``:
+    #: :class:`engine.operators.window_rows.PerWindow`), or None
+    per_window: Any = None
 
     @property
     def first_ws(self) -> int:
@@ -255,7 +258,7 @@ def window_aggregate(
     exact = state.exact
     if exact is None:  # decided once, at the operator's first epoch
         exact = exact_aggregates(spec.aggregates, new, _where(spec))
-    merges = _merges(spec, exact)
+    merges = _merges(spec, exact) if spec.per_window is None else None
     merging = state.partial
     if merging is None:  # decided once, at the operator's first epoch
         merging = keyed is None and merges is not None and not _sums_decimals(new, merges[1])
@@ -345,11 +348,14 @@ def window_aggregate(
             grouped, partials = _merge_partials(
                 new_partials, spec, merges[0], state.partials, c_last, pushed is not None
             )
+        elif spec.per_window is not None:  # windowed top_k or apply: rows per window
+            lifetime = (_WS, f"{_WS} + {size}")
+            grouped = spec.per_window.rows(exploded, [_WS], spec.keys, payload, lifetime)
         else:
             grouped = exploded.groupBy(_WS, *spec.keys).agg(
                 *(col.alias(name) for name, col in repeatable(spec.aggregates, exact))
             )
-    results = _result_rows(grouped, spec, ctis, keyed, key)
+    results = _result_rows(grouped, spec, ctis, keyed, key, payload)
 
     pulled = spec.pulled(c_last) if c_last != MIN_TIME else MIN_TIME
     out_ctis = cache.keep(
@@ -690,13 +696,17 @@ def _result_rows(
     ctis: DataFrame,
     keyed: DataFrame | None,
     key: str | None,
+    payload: list[str],
 ) -> DataFrame:
-    """Place each result (``__ws``, keys, aggregates) at the CTI that completes its window (with
-    substreams, the first CTI or keyed CTI of its key that does)."""
+    """Place each result (``__ws``, keys, aggregates; or ``spec.per_window``'s columns) at the
+    CTI that completes its window (with substreams, the first CTI or keyed CTI of its key that
+    does)."""
     done_at = f"{_WS} + {spec.size}"
     start = done_at if spec.point_at_end else _WS
     end = f"{done_at} + 1" if spec.point_at_end else done_at
     names = [*spec.keys, *(name for name, _ in spec.aggregates)]
+    if spec.per_window is not None:
+        names = spec.per_window.names(payload, spec.keys)
     return place_results(grouped, done_at, start, end, names, ctis, keyed, key)
 
 

@@ -39,6 +39,7 @@ from tests.reference import (
     AlterEventDuration,
     AlterEventLifetime,
     AntiJoin,
+    Apply,
     Binding,
     ClipEventDuration,
     CountWindow,
@@ -50,6 +51,7 @@ from tests.reference import (
     SessionWindow,
     ShiftEventTime,
     Snapshot,
+    TopK,
     ToPoint,
     Union,
     Where,
@@ -60,7 +62,15 @@ from tests.reference import (
     double_variance,
     run_reference,
 )
-from tests.strategies import COLUMNS, Case, cases, epoch_cuts
+from tests.strategies import (
+    COLUMNS,
+    ROW_WINDOWS,
+    Case,
+    cases,
+    distinct_values,
+    epoch_cuts,
+    windowed,
+)
 
 SEARCHES = ["on the driver", "by a sort"]
 #: the hand-written timelines' settings: a CTI generated every 10**6 events, i.e. only the
@@ -1096,7 +1106,7 @@ def compositions(draw, names: tuple[str, ...], budget: int):
         name = draw(st.sampled_from(names))
         return Input(name), (lambda s: s[name]), 0
     ops = ["unary", "window", "snapshot", "union", "join", "anti_join", "left_outer_join", "clip"]
-    op = draw(st.sampled_from([*ops, "count", "session", "group"]))
+    op = draw(st.sampled_from([*ops, "count", "session", "group", "top_k", "apply"]))
     if op == "group":
         cp, cb, cn = draw(compositions(names, budget - 1))
         ref_fn, spark_fn, fn_used = draw(group_fns(names, budget - 1 - cn))
@@ -1136,6 +1146,21 @@ def compositions(draw, names: tuple[str, ...], budget: int):
         node, call = COUNT_SESSION[name]
         plan = node(cp, ("k",), (("v", len),))
         build = lambda s: call(cb(s)).group_by("k").aggregate(v=F.count("*"))  # noqa: E731
+        return plan, build, cn + 1
+    if op in ("top_k", "apply"):  # payload (k, v) again: v + rank, or apply's v by k
+        size, hop = draw(st.sampled_from(ROW_WINDOWS))
+        if op == "apply":
+            plan = Apply(cp, size, hop, ("k",), distinct_values, ("v",))
+            build = lambda s: (  # noqa: E731
+                windowed(cb(s), size, hop).group_by("k").apply(distinct_values, "v bigint")
+            )
+            return plan, build, cn + 1
+        top = TopK(cp, size, hop, ("k",), 2, (("v", False, False),))
+        plan = Select(top, lambda p: {"k": p["k"], "v": p["v"] + p["rank"]})
+        v = (F.col("v") + F.col("rank")).alias("v")
+        build = lambda s: (  # noqa: E731
+            windowed(cb(s), size, hop).group_by("k").top_k(2, F.col("v").desc()).select("k", v)
+        )
         return plan, build, cn + 1
     plan = Snapshot(cp, ("k",), (("v", len),))
     build = lambda s: cb(s).snapshot_window().group_by("k").aggregate(v=F.count("*"))  # noqa: E731
@@ -1250,3 +1275,45 @@ def test_random_compositions_of_operators_match_the_reference(app, data, case, s
         inner = build
         build = lambda s: inner(s).union(*(s[n] for n in rest))  # noqa: E731
     _agree(app, case, plan, build, shape, 1, cuts)
+
+
+@given(
+    data=st.data(),
+    case=cases(max_inputs=1, max_items=16, forever=True, doubles=True),
+    shape=SHAPES,
+    window=st.sampled_from(ROW_WINDOWS),
+    keyed=st.booleans(),
+    op=st.sampled_from(["top_k", "apply"]),
+)
+def test_windowed_top_k_and_apply_match_the_reference(app, data, case, shape, window, keyed, op):
+    """Windowed top_k (the 2 largest v, doubles included: ties on v broken by start, end,
+    payload) and apply over tumbling, hopping and snapshot windows, grouped or not, over inputs
+    of every shape (intervals to +inf, edges open until the end), in one epoch and random cuts."""
+    cuts = data.draw(epoch_cuts(case.length))
+    size, hop = window
+    keys = ("k",) if keyed else ()
+    if op == "top_k":
+        plan = TopK(Input("a"), size, hop, keys, 2, (("v", False, False),))
+    else:
+        plan = Apply(Input("a"), size, hop, keys, _n_and_sum, ("n", "s"))
+
+    def build(s):
+        w = windowed(s["a"], size, hop)
+        w = w.group_by(*keys) if keys else w
+        if op == "top_k":
+            return w.top_k(2, F.col("v").desc())
+        return w.apply(_n_and_sum, "n bigint, s double")
+
+    _agree(app, case, plan, build, shape, 1, cuts)
+
+
+def _n_and_sum(events):
+    """apply's function over doubles: the count and math.fsum of v (exact, so any order of the
+    events gives the same bits), and one row per open event with its v."""
+    import math
+
+    import pandas as pd
+
+    n = [len(events), *([-1] * int(events["end"].isna().sum()))]
+    s = [math.fsum(events["v"]), *events.loc[events["end"].isna(), "v"]]
+    return pd.DataFrame({"n": n, "s": [float(x) for x in s]})

@@ -28,11 +28,13 @@ from .interpreter import (
     double_variance,
     run_reference,
 )
+from .window_rows import Apply, TopK
 
 __all__ = [
     "AlterEventDuration",
     "AlterEventLifetime",
     "AntiJoin",
+    "Apply",
     "Binding",
     "ClipEventDuration",
     "CountWindow",
@@ -49,6 +51,7 @@ __all__ = [
     "ShiftEventTime",
     "Snapshot",
     "ToPoint",
+    "TopK",
     "Union",
     "Where",
     "Window",

@@ -128,6 +128,7 @@ from .clip import ClipEventDuration, clip_rows
 from .group_apply import GroupApply, evaluate_group_apply
 from .ordering import Decision, Ordering
 from .outer import LeftOuterJoin, left_outer_rows
+from .window_rows import Apply, TopK, evaluate_window_rows
 
 __all__ = [
     "AlterEventDuration",
@@ -946,10 +947,12 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) 
     if isinstance(node, GroupApply):
         rows = _evaluate(node.child, inputs, dropped)
         return evaluate_group_apply(node, rows, _evaluate, inputs, _union, Input)
+    if isinstance(node, TopK | Apply):
+        return evaluate_window_rows(node, _evaluate(node.child, inputs, dropped))
     raise TypeError(f"not a plan node: {node!r}")
 
 
-def _snapshot(node: Snapshot, rows: list[_Row]) -> list[_Row]:
+def _snapshot(node: Snapshot, rows: list[_Row], results: _Results | None = None) -> list[_Row]:
     """Item by item. Endpoints are the starts and ends of the events received (+inf for an edge
     still open); an empty lifetime has none. At an input CTI ``c`` every endpoint below ``c`` is
     known (later events start, and END edges end, at or after ``c``), so every snapshot ``[p, q)``
@@ -976,15 +979,16 @@ def _snapshot(node: Snapshot, rows: list[_Row]) -> list[_Row]:
         for p, q in itertools.pairwise(points):
             if p < done or (q >= c and c != MAX_TIME):
                 continue
-            groups: dict[tuple, list[dict]] = {}
+            groups: dict[tuple, list[_Member]] = {}
             for m in live:
                 if m.start <= p < m.end:
-                    groups.setdefault(tuple(m.payload[k] for k in node.keys), []).append(m.payload)
+                    groups.setdefault(tuple(m.payload[k] for k in node.keys), []).append(m)
             for key in sorted(groups, key=lambda k: tuple((v is not None, v) for v in k)):
-                payload = dict(zip(node.keys, key, strict=True))
-                for name, fn in node.aggregates:
-                    payload[name] = fn(groups[key])
-                out.append(_Row(row.position, Event(EventKind.INSERT, p, q, payload)))
+                group = dict(zip(node.keys, key, strict=True))
+                for payload in (results or _aggregated(node.aggregates))(
+                    group, groups[key], (p, q)
+                ):
+                    out.append(_Row(row.position, Event(EventKind.INSERT, p, q, payload)))
         before = [p for p in points if p < c]
         if before:
             done = max(done, before[-1])
@@ -994,6 +998,25 @@ def _snapshot(node: Snapshot, rows: list[_Row]) -> list[_Row]:
             emitted = start
             out.append(_Row(row.position, cti(start)))
     return out
+
+
+#: a window's rows per complete window and group: (the group's key values, its members in
+#: arrival order, the window ``(start, end)``) -> result payloads (aggregates: one row;
+#: windowed top_k and apply: tests/reference/window_rows.py)
+_Results = Callable[[dict[str, Any], list["_Member"], tuple[int, int]], list[dict[str, Any]]]
+
+
+def _aggregated(aggregates: tuple[tuple[str, Callable[[list[dict]], Any]], ...]) -> _Results:
+    """One result per window and group: the key values, then each aggregate of the members'
+    payloads."""
+
+    def rows(group: dict[str, Any], members: list[_Member], _: tuple[int, int]) -> list[dict]:
+        payload = dict(group)
+        for name, fn in aggregates:
+            payload[name] = fn([m.payload for m in members])
+        return [payload]
+
+    return rows
 
 
 @dataclass(eq=False)
@@ -1231,7 +1254,7 @@ def _take(members: list[_Member], e: Event) -> _Member:
     return members[-1]
 
 
-def _window(node: Window, rows: list[_Row]) -> list[_Row]:
+def _window(node: Window, rows: list[_Row], results: _Results | None = None) -> list[_Row]:
     """Item by item: events join the operator; an END edge closes the oldest open identical
     edge; an input CTI ``c`` completes every window ``[ws, ws + size)`` with ``ws + size <= c``
     not completed before, emitting one result per non-empty window and group (at the CTI's
@@ -1308,20 +1331,21 @@ def _window(node: Window, rows: list[_Row]) -> list[_Row]:
                 ws += hop
         for ws in sorted(starts):
             we = ws + size
-            groups: dict[tuple, list[dict]] = {}
+            groups: dict[tuple, list[_Member]] = {}
             for m in members:
                 if m.start < we and m.end > ws and m.end > m.start:
-                    groups.setdefault(tuple(m.payload[k] for k in node.keys), []).append(m.payload)
+                    groups.setdefault(tuple(m.payload[k] for k in node.keys), []).append(m)
             for key in sorted(groups, key=lambda k: tuple((v is not None, v) for v in k)):
-                payload = dict(zip(node.keys, key, strict=True))
-                if only is not None and payload[only[0]] != only[1]:
+                group = dict(zip(node.keys, key, strict=True))
+                if only is not None and group[only[0]] != only[1]:
                     continue
-                if we <= through(payload):  # completed by a keyed CTI of its key before
+                if we <= through(group):  # completed by a keyed CTI of its key before
                     continue
-                for name, fn in node.aggregates:
-                    payload[name] = fn(groups[key])
                 start, end = (we, we + 1) if node.point_at_end else (ws, we)
-                out.append(_Row(position, Event(EventKind.INSERT, start, end, payload)))
+                for payload in (results or _aggregated(node.aggregates))(
+                    group, groups[key], (ws, we)
+                ):
+                    out.append(_Row(position, Event(EventKind.INSERT, start, end, payload)))
 
     for row in rows:
         e = row.event
