@@ -100,11 +100,11 @@ def test_query_binder_binds_one_template_to_memory_and_to_kafka(spark, kafka_bro
     ]
 
 
-def test_top_sensors_ranks_the_busiest_per_minute_and_applies_a_pandas_function(spark, capsys):
-    module = runpy.run_path(str(EXAMPLES / "top_sensors.py"))
+def test_sensor_activity_ranks_applies_sessions_and_clips_as_worked_by_hand(spark, capsys):
+    module = runpy.run_path(str(EXAMPLES / "sensor_activity.py"))
     from ctistream.bindings import Application
 
-    out = module["run"](Application("top-sensors-test", spark))
+    out = module["run"](Application("sensor-activity-test", spark))
     t0 = 1_795_262_400 * 1_000_000  # 2026-11-21T12:00:00Z
     minute = 60_000_000
 
@@ -141,3 +141,59 @@ def test_top_sensors_ranks_the_busiest_per_minute_and_applies_a_pandas_function(
     ctis = [e.start for e in out["peaks"] if e.is_cti]
     assert ctis == [t0 - minute, t0, t0 + minute, 2**63 - 1]
     assert "top_k 3 by readings desc nulls last" in capsys.readouterr().out
+
+    # Sessions, timeout 20 s: a reading is a point [s, s + 1 tick), so a session's reach is its
+    # latest reading + 1 tick + 20 s. Sensor 1 (2, 14, 31, 55, 110 s): 14 < 22 s + 1 tick joins,
+    # 31 < 34 s + 1 tick joins, 55 >= 51 s + 1 tick opens a new one, 110 >= 75 s + 1 tick too.
+    # Sensor 3 (9, 38, 58): 58 < 58 s + 1 tick (38's reach) joins 38's session, by one tick.
+    # Sensor 4 (25, 63, 70, 90): 90 < 90 s + 1 tick joins likewise. Sensor 5 (50, 75, 99, 104).
+    # Sensor 2 (5, 20, 44, 81): 44 >= 40 s + 1 tick opens a new one. All close by the flush.
+    s = 1_000_000
+
+    def session(first, last, sensor, n, peak):
+        return (t0 + first * s, t0 + last * s + 1 + 20 * s, sensor, n, peak)
+
+    got = sorted(
+        (e.start, e.end, e.payload["sensor"], e.payload["readings"], e.payload["peak"])
+        for e in out["sessions"]
+        if not e.is_cti
+    )
+    assert got == sorted(
+        [
+            session(2, 31, 1, 3, 22.5), session(55, 55, 1, 1, 24.0), session(110, 110, 1, 1, 25.0),
+            session(5, 20, 2, 2, 33.5), session(44, 44, 2, 1, 30.0), session(81, 81, 2, 1, 29.0),
+            session(9, 9, 3, 1, 18.0), session(38, 58, 3, 2, 19.5),
+            session(25, 25, 4, 1, 40.0), session(63, 90, 4, 3, 43.5),
+            session(50, 50, 5, 1, 12.0), session(75, 75, 5, 1, 11.0), session(99, 104, 5, 2, 13.5),
+        ]
+    )  # fmt: skip
+    # The output CTI waits at the earliest open session. Until the reading at 58 s it is held at
+    # 2 s (sensor 1's first session, reach 51 s + 1 tick, is open while the input CTI, 5 s
+    # behind the readings, is below that). With the reading at 58 s the input CTI is 53 s: the
+    # sessions of 1 from 2 s, 2 from 5 s, 3 from 9 s and 4 from 25 s have closed (ends <= 53 s);
+    # the earliest still open is sensor 3's from 38 s (38 and 58: reach 78 s + 1 tick), before
+    # 2's from 44 s, 5's from 50 s and 1's from 55 s. So the CTI rises from 2 s to 38 s, and
+    # those four sessions are released just before it.
+    sessions = out["sessions"]
+    ctis = [e.start for e in sessions if e.is_cti]
+    assert ctis[ctis.index(t0 + 2 * s) + 1] == t0 + 38 * s
+    at_38 = next(i for i, e in enumerate(sessions) if e.is_cti and e.start == t0 + 38 * s)
+    at_2 = next(i for i, e in enumerate(sessions) if e.is_cti and e.start == t0 + 2 * s)
+    released = [(e.start - t0) // s for e in sessions[at_2 + 1 : at_38]]
+    assert released == [2, 5, 9, 25]
+    assert sessions[-1].is_cti and sessions[-1].start == 2**63 - 1
+
+    # Clipped: each reading lasts until the same sensor's next reading, at most 60 s.
+    readings = module["READINGS"]
+    expected = []
+    for i, (second, sensor, value) in enumerate(readings):
+        later = [r for r, k, _ in readings[i + 1 :] if k == sensor and r < second + 60]
+        end = later[0] if later else second + 60
+        expected.append((t0 + second * s, t0 + end * s, sensor, value))
+    # worked out: sensor 1 [2, 14) [14, 31) [31, 55) [55, 110) [110, 170); sensor 4 [25, 63)
+    # [63, 70) [70, 90) [90, 150); 5's last two [99, 104) [104, 164)
+    assert (t0 + 55 * s, t0 + 110 * s, 1, 24.0) in expected
+    assert (t0 + 110 * s, t0 + 170 * s, 1, 25.0) in expected
+    clipped = [e for e in out["clipped"] if not e.is_cti]
+    got = [(e.start, e.end, e.payload["sensor"], e.payload["v"]) for e in clipped]
+    assert sorted(got) == sorted(expected)

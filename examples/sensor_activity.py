@@ -1,5 +1,6 @@
-"""StreamInsight's TopK and user-defined operators: the 3 busiest sensors per minute, and each
-sensor's peak per minute from a pandas function.
+"""A StreamInsight user's sensor queries: the 3 busiest sensors per minute (TopK), each sensor's
+peak per minute (a user-defined operator), its sessions of activity, and each reading clipped at
+the sensor's next reading (ClipEventDuration).
 
 * **Busiest sensors**: a tumbling window of 1 minute counts the readings per sensor (one result
   per sensor, lifetime the minute); a second tumbling window of 1 minute over those counts ranks
@@ -8,11 +9,20 @@ sensor's peak per minute from a pandas function.
 * **Peak per sensor**: ``apply(fn, schema)`` calls a pandas function once per complete minute
   and sensor, with the minute's readings (their payload, then ``start`` and ``end`` as UTC
   datetimes): it returns the peak value and the second of the minute it happened at.
+* **Sessions**: ``session_window("20 seconds")`` per sensor: a reading joins the sensor's open
+  session when it starts before the session's reach (its latest end + 20 s), else it opens a
+  new one; one result per session (its readings and peak), lifetime ``[first reading, reach)``,
+  once the CTI has passed its end. The output CTI waits at the start of the earliest session
+  still open.
+* **Clipped readings**: each reading is valid for at most a minute
+  (``alter_event_duration``) and until the same sensor's next reading
+  (``clip_event_duration(readings, on="sensor")``): the "value until the next value" lifetimes
+  that time-weighted averages and snapshots are built on.
 
-Both release a minute once the input's CTI has passed its end (the output CTI is pulled back to
-the start of the earliest minute still open), and their results are final.
+The windows release a minute once the input's CTI has passed its end (the output CTI is pulled
+back to the start of the earliest minute still open), and every result is final.
 
-    python examples/top_sensors.py
+    python examples/sensor_activity.py
 """
 
 from __future__ import annotations
@@ -64,7 +74,7 @@ def peak(readings: pd.DataFrame) -> pd.DataFrame:
 
 
 def run(app: Application) -> dict[str, list[Event]]:
-    """Both queries over the same readings; what each delivers, events and CTIs, in order."""
+    """The four queries over the same readings; what each delivers, events and CTIs, in order."""
     # a CTI after every reading, 5 s behind it: readings at most 5 s out of order
     settings = AdvanceTimeSettings(
         AdvanceTimeGenerationSettings(1, timedelta(seconds=5), True), None, AdvanceTimePolicy.DROP
@@ -85,9 +95,16 @@ def run(app: Application) -> dict[str, list[Event]]:
         .group_by("sensor")
         .apply(peak, "peak double, at_second int")
     )
+    sessions = (
+        readings.session_window("20 seconds")
+        .group_by("sensor")
+        .aggregate(readings=F.count("*"), peak=F.max("v"))
+    )
+    clipped = readings.alter_event_duration("1 minute").clip_event_duration(readings, on="sensor")
     out = {}
-    for name, stream in (("busiest", busiest), ("peaks", peaks)):
-        sink = f"top-sensors-{name}"
+    queries = (("busiest", busiest), ("peaks", peaks), ("sessions", sessions), ("clipped", clipped))
+    for name, stream in queries:
+        sink = f"sensor-activity-{name}"
         query = stream.to_query(
             app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.INTERVAL
         )
@@ -103,4 +120,4 @@ def run(app: Application) -> dict[str, list[Event]]:
 
 
 if __name__ == "__main__":
-    run(Application("top-sensors"))
+    run(Application("sensor-activity"))
