@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ctistream.engine.ctis import min_of_latest
+from ctistream.engine.operators import join as join_module
 from ctistream.engine.operators.anti_join import _all
 from ctistream.engine.operators.join import (
     _AT,
@@ -76,7 +77,8 @@ def clip_event_duration(
 
     # The smallest matching right start above each left start (and when it arrived), with the
     # one met in earlier epochs.
-    L, R = ev_l.alias("l"), rights.alias("r")
+    # (new column identities: both sides may come from one plan, a stream clipped by itself)
+    L, R = ev_l.alias("l"), rights.toDF(*rights.columns).alias("r")
     cond = [F.col(f"l.{k}") == F.col(f"r.{k}") for k in on]
     cond.append(F.col(f"r.{START}") > F.col(f"l.{START}"))
     met = (
@@ -100,7 +102,8 @@ def clip_event_duration(
     tagged = cache.keep(
         c_l.withColumn("__g", F.lit(0)).unionByName(c_r.withColumn("__g", F.lit(1)))
     )
-    found = collect_ctis(tagged, before)
+    # (the module's limit as it is now: a test lowers it to take the sorting search)
+    found = collect_ctis(tagged, before, limit=join_module.SEARCH_ON_DRIVER)
     latest = found.latest
     for ctis, side, out in ((c_r, 1, "__v_r"), (c_l, 0, "__v_l")):
         lefts = _first_cti_at_or_above(
