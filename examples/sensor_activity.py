@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]
 from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
