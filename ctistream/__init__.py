@@ -9,8 +9,10 @@ The temporal contract is ``docs/semantics.md`` in the repository; docstrings cit
 
 Build and run a query
     Application (owns the SparkSession and the queries), Stream (``Stream.create`` binds an
-    input; ``where``, ``select``, ``union``, ``join``, ``anti_join``, windows, ``to_query``;
-    ``explain()`` and ``schema`` show the plan and the payload), Query (``run``, ``start`` /
+    input; ``where``, ``select``, ``union``, ``join``, ``left_outer_join``, ``anti_join``,
+    ``clip_event_duration``, ``group_apply``, windows (time, snapshot, count and session; with
+    ``aggregate``, ``top_k`` or ``apply``), ``to_query``; ``explain()`` and ``schema`` show the
+    plan and the payload), Query (``run``, ``start`` /
     ``stop``, ``metrics``, ``timeline``), WindowOutput.
 
 Query templates (bind one query to many adapters)

@@ -149,7 +149,8 @@ class Flow:
     ``unbounded``: whether an event may end at +inf (an open edge, an interval to +inf, a shift
     or a duration that saturated; §5's bounded work): a window keeps such events until the CTI
     reaches +inf (docs/decisions.md, "Windows"). False only where every event has a finite end
-    (POINT inputs, window results, a join with such a side); a point at the very last tick is taken as finite there."""
+    (POINT inputs, window results, a join with such a side); a point at the very last tick is
+    taken as finite there."""
 
     events: DataFrame
     ctis: DataFrame
