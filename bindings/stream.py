@@ -857,7 +857,16 @@ class WindowedStream:
 
     def _rows(self, op: PerWindow, call: str) -> Stream:
         """A :class:`WindowRowsNode` of ``op`` over this window, keeping a substream key only
-        among the group_by keys (as ``aggregate``)."""
+        among the group_by keys (as ``aggregate``). Over tumbling, hopping and snapshot windows
+        only: count and session windows take ``aggregate``."""
+        if self._build is not None:
+            window = self._call.split("(", 1)[0]
+            raise QueryBuildError(
+                f"{self._call}...{call}: top_k and apply run over tumbling, hopping and snapshot "
+                f"windows; got {window}, which takes aggregate only. Fix: aggregate the "
+                f"{window} (e.g. .aggregate(n=F.count('*'))), or use top_k / apply over a "
+                "tumbling, hopping or snapshot window"
+            )
         rule = partial(_group_rule, call, self._call.split("(", 1)[0], self._keys)
         node = WindowRowsNode(
             self._source.node,

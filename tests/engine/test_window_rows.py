@@ -235,6 +235,19 @@ def test_bad_arguments_are_refused_where_the_operator_is_called(app, call, error
 
 
 @pytest.mark.parametrize(
+    "window",
+    [lambda s: s.count_window(3), lambda s: s.session_window("5 seconds").group_by("k")],
+)
+@pytest.mark.parametrize(
+    "call", [lambda w: w.top_k(1, "v"), lambda w: w.apply(_summary, "n bigint")]
+)
+def test_top_k_and_apply_over_count_or_session_windows_are_refused(spark, window, call):
+    # they would otherwise run over snapshots: count and session windows take aggregate only
+    with pytest.raises(QueryBuildError, match=r"take(s)? aggregate only\. Fix: aggregate the"):
+        call(window(_stream()))
+
+
+@pytest.mark.parametrize(
     "build",
     [
         lambda w: w.top_k(2, F.col("vv").desc()),
