@@ -202,10 +202,10 @@ def _union(r: _Rewrite, node: UnionNode) -> Node:
 
 
 #: How each node kind inside ``fn`` takes the group keys (module docstring); a kind not here is
-#: refused inside group_apply. A window-like kind with ``keys`` and ``aggregates`` (a count
-#: window, a session window, a windowed top-k or apply) takes them as ``_grouped`` does, when its
-#: CTI rule is monotone and the same for every group or already a minimum over its groups; a
-#: join-like kind (a left outer join, a clip) as ``_join`` does.
+#: refused inside group_apply. Not here yet, so refused: count and session windows, windowed
+#: top-k and apply, left outer joins and clips. Each would take the keys as ``_grouped`` (the
+#: window-like ones: their CTI rules are monotone and the same for every group, or already a
+#: minimum over groups) or ``_join`` (the join-like ones) does, once tested against the reference.
 TAKES_KEYS: dict[type[Node], Callable[[_Rewrite, Any], Node]] = {
     WhereNode: _child,
     SelectNode: _select,
