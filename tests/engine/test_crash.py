@@ -95,7 +95,7 @@ def test_killed_queries_deliver_exactly_what_an_uninterrupted_run_delivers(
         "ckpt_kafka": str(tmp_path / "ck-kafka"),
         "ckpt_file": str(tmp_path / "ck-file"),
         "total": TOTAL,
-        "per_epoch": 12,  # a few epochs per query: each costs the child seconds
+        "per_epoch": 24,  # three epochs per query: each costs the child seconds
     }
     kills, in_stop = 0, None  # in_stop: the output of the child killed in a stop epoch
     for attempt in range(8):

@@ -262,7 +262,7 @@ def test_windows_with_aggregates_match_the_reference(
 @pytest.mark.parametrize(
     ("cuts", "search", "anti"),
     [
-        *[(cuts, None, False) for cuts in ([2, 4], [4, 6], [1, 5, 8], list(range(1, 11)))],
+        *[(cuts, None, False) for cuts in ([2, 4], list(range(1, 11)))],
         *[([1, 5, 8], search, True) for search in SEARCHES],
     ],
 )
@@ -478,7 +478,7 @@ def test_edges_with_string_and_double_payloads_close_like_the_reference(app, mat
 
 
 @pytest.mark.parametrize("pushed", [False, True])
-@pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7], [4, 8, 12], [6, 11]])
+@pytest.mark.parametrize("cuts", [[], [2, 5], [4, 8, 12]])
 def test_a_window_over_a_join_matches_the_reference(app, cuts, pushed, monkeypatch):
     # The lookup shape: intervals joined with open reference edges. A pair's end becomes known
     # when the reference's CTI passes it, in the epoch the pair forms in (the join then gives
@@ -620,7 +620,7 @@ def test_a_lookup_join_pairs_packed_events_as_the_reference_does(
 
 
 @pytest.mark.parametrize("pushed", [False, True])
-@pytest.mark.parametrize("cuts", [[], [2], [4, 9], [1, 5, 8], [6, 12], [3, 7, 10, 13]])
+@pytest.mark.parametrize("cuts", [[], [4, 9], [3, 7, 10, 13]])
 def test_a_window_over_a_join_of_points_gets_each_pair_once_its_end_is_known(
     app, cuts, pushed, monkeypatch
 ):
@@ -672,7 +672,7 @@ def test_a_window_over_a_join_of_points_gets_each_pair_once_its_end_is_known(
 
 
 @pytest.mark.parametrize("empty", [False, True])
-@pytest.mark.parametrize("cuts", [[], [2], [3, 5], [5]])
+@pytest.mark.parametrize("cuts", [[], [3, 5]])
 def test_a_pair_open_at_infinity_counts_up_to_the_latest_pushed_interval(
     app, cuts, empty, monkeypatch
 ):
@@ -706,7 +706,7 @@ def test_a_pair_open_at_infinity_counts_up_to_the_latest_pushed_interval(
     assert made and all(m is not None for m in made)
 
 
-@pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7]])
+@pytest.mark.parametrize("cuts", [[], [1, 4, 7]])
 def test_a_window_over_a_join_without_edges_gets_its_partials_from_the_join(app, cuts, monkeypatch):
     # Neither side has edges: every pair is an interval, so the window gets partial aggregates
     # only (no events), and merges them with the open windows it holds from epoch to epoch.
@@ -739,7 +739,7 @@ def test_a_window_over_a_join_without_edges_gets_its_partials_from_the_join(app,
 
 
 @pytest.mark.parametrize("shape", [EventShape.POINT, EventShape.INTERVAL])
-@pytest.mark.parametrize("cuts", [[], [3], [2, 6], [1, 5, 9], [4, 8, 11]])
+@pytest.mark.parametrize("cuts", [[], [2, 6], [1, 5, 9]])
 def test_a_window_aggregated_in_its_inputs_scan_matches_the_reference(
     app, cuts, shape, monkeypatch
 ):
@@ -814,7 +814,7 @@ def test_a_join_read_by_a_window_and_by_another_join_keeps_its_edges(app, cuts):
     _agree(app, case, plan, build, EventShape.EDGE, cuts)
 
 
-@pytest.mark.parametrize("cuts", [[], [3], [2, 5], [1, 4, 7]])
+@pytest.mark.parametrize("cuts", [[], [1, 4, 7]])
 def test_payload_names_that_sql_must_quote_match_the_reference(app, cuts):
     # Per-epoch plans are SQL text (docs/decisions.md): a reserved word and a name with a space
     # go through ingress, END-edge matching, a filter, a keyed hopping window and EDGE egress.
