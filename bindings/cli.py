@@ -11,9 +11,10 @@ callable that takes no arguments and returns one (so the module can build its ap
 bindings when asked, not when imported). The command runs the query over its bounded inputs with
 tracing on, prints a line per epoch made from its progress record
 (:func:`engine.progress.progress_line`) and the inputs' and operators' metrics, and writes the
-timeline as PNG and HTML (:mod:`viz.timeline`; by default ``<query>-timeline.png`` and ``.html`` in the current
-directory). Exit status: 0 when the run succeeded, 1 when the query failed (its metrics and the
-timeline up to the failure are still written), 2 when ``MODULE:ATTR`` does not name a query.
+timeline as PNG and HTML (:mod:`viz.timeline`; by default ``<query>-timeline.png`` and
+``.html`` in the current directory). Exit status: 0 when the run succeeded, 1 when the query
+failed (its metrics and the timeline up to the failure are still written), 2 when
+``MODULE:ATTR`` does not name a query.
 """
 
 from __future__ import annotations
