@@ -220,7 +220,8 @@ class Progress:
         record = _record(rt, epoch)
         with self._lock:
             self._recent.append(record)
-        log.info("%s", json.dumps(record), extra={"ctistream": record})
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s", json.dumps(record), extra={"ctistream": record})
         if rt.progress is not None:
             print(progress_line(record, rt.progress), file=sys.stderr, flush=True)
         if self.callback is not None:
