@@ -9,10 +9,12 @@
 installed packages, or a path to a ``.py`` file) and, in it, a :class:`~bindings.Query` or a
 callable that takes no arguments and returns one (so the module can build its application and
 bindings when asked, not when imported). The command runs the query over its bounded inputs with
-tracing on, prints the inputs' and operators' metrics, and writes the timeline as PNG and HTML
-(:mod:`viz.timeline`; by default ``<query>-timeline.png`` and ``.html`` in the current
-directory). Exit status: 0 when the run succeeded, 1 when the query failed (its metrics and the
-timeline up to the failure are still written), 2 when ``MODULE:ATTR`` does not name a query.
+tracing on, prints a line per epoch made from its progress record
+(:func:`engine.progress.progress_line`) and the inputs' and operators' metrics, and writes the
+timeline as PNG and HTML (:mod:`viz.timeline`; by default ``<query>-timeline.png`` and
+``.html`` in the current directory). Exit status: 0 when the run succeeded, 1 when the query
+failed (its metrics and the timeline up to the failure are still written), 2 when
+``MODULE:ATTR`` does not name a query.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 from ctistream.bindings.query import Query
 from ctistream.engine.errors import CtiViolationError, MalformedRecordError
+from ctistream.engine.progress import progress_line
 from ctistream.viz.timeline import require_matplotlib
 from ctistream.viz.trace import Trace
 
@@ -232,7 +235,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     trace = None if args.no_timeline else Trace(cap=args.trace_cap)
     status, began = 0, time.monotonic()
     try:
-        query.run(args.epochs, trace=trace if trace is not None else False)
+        query.run(
+            args.epochs,
+            trace=trace if trace is not None else False,
+            on_progress=lambda record: print(progress_line(record), flush=True),
+        )
     except (CtiViolationError, MalformedRecordError) as failed:
         print(f"ctistream: query {query.name!r} failed: {failed}", file=sys.stderr)
         status = 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from os import PathLike
 from typing import Any
@@ -42,6 +42,7 @@ class Query:
         *,
         trace: bool | Trace = False,
         progress: bool = False,
+        on_progress: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         """Run over bounded inputs to their end, then stop (inputs that flush on stop flush).
 
@@ -56,11 +57,14 @@ class Query:
         (:class:`engine.errors.HeldEventsWarning`, semantics §8) naming the input and the fix.
         ``trace``: record what :meth:`timeline` draws (``True``, or a :class:`viz.trace.Trace`
         to set its cap); off by default, and free when off. A traced run costs one small Spark
-        job per epoch more. ``progress``: print a line per epoch to stderr (epoch k/n, seconds,
-        items delivered, output CTI); the same goes to the ``ctistream.runtime`` logger at INFO
-        either way.
+        job per epoch more. ``progress``: print a line per epoch to stderr, made from its
+        progress record (epoch k/n, seconds, rows in, events out, drops, output CTI, Spark
+        jobs); each epoch goes to the ``ctistream.runtime`` logger at INFO either way.
+        ``on_progress``: called with each epoch's progress record (:attr:`last_progress`)
+        after the epoch, on the driver; what it raises stops the run.
         """
         self._runtime.progress = 0 if progress else None
+        self._runtime.records.callback = on_progress
         if trace is True:
             trace = Trace()
         self._trace = trace or None
@@ -74,6 +78,8 @@ class Query:
         checkpoint_every: int = 10,
         max_offsets_per_epoch: int | None = None,
         idle_timeout: timedelta | str | None = None,
+        progress: bool = False,
+        on_progress: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         """Run epochs continuously until :meth:`stop`: every ``trigger`` (at most; an epoch
         that takes longer starts the next one right after it), each over what the inputs hold
@@ -93,6 +99,8 @@ class Query:
         (ordering settings) or its generation delay (semantics §7); logged for replay.
         ``trigger`` and ``idle_timeout`` are durations: a ``timedelta`` or a string such as
         ``"30 seconds"`` (semantics §1).
+        ``progress`` and ``on_progress``: as for :meth:`run`, per epoch (a replayed one too); what
+        ``on_progress`` raises stops the loop (:meth:`exception`), its epoch committed.
         """
         wait = None if trigger is None else _seconds(trigger, "trigger")
         idle = None if idle_timeout is None else _seconds(idle_timeout, "idle_timeout")
@@ -104,6 +112,8 @@ class Query:
                     "call stop() first"
                 )
             self._runtime.output.close()  # it failed: it starts again on its checkpoint
+        self._runtime.progress = 0 if progress else None
+        self._runtime.records.callback = on_progress
         self._streamer = Streamer(
             self._runtime,
             # relative to this process's directory: Spark's JVM, which writes the state
@@ -172,6 +182,21 @@ class Query:
         if html is not None:
             timeline.html(html)
         return timeline
+
+    @property
+    def last_progress(self) -> dict[str, Any] | None:
+        """The progress record of the newest epoch that succeeded, or None before the first:
+        a JSON-serialisable dict with what the epoch read per input (rows, rows per second, CTI,
+        lag, drops and adjustments), each operator's state rows and CTI, the output's events
+        and CTI, the time spent per phase and the Spark jobs it ran (semantics §8;
+        :mod:`engine.progress` lists the keys). Making it runs no Spark job."""
+        return self._runtime.records.last
+
+    @property
+    def recent_progress(self) -> list[dict[str, Any]]:
+        """The progress records of the last epochs (at most
+        :data:`engine.progress.RECENT`), oldest first; see :attr:`last_progress`."""
+        return self._runtime.records.recent
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Per input: events in, CTIs explicit / generated / imported / ignored, dropped,

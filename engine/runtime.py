@@ -16,7 +16,6 @@ Output is the same for any cut (semantics §4).
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 import warnings
@@ -103,6 +102,7 @@ from ctistream.engine.plan import (
     Node,
     walk,
 )
+from ctistream.engine.progress import Progress, operator_name
 from ctistream.engine.rows import (
     POS,
     Checkpoints,
@@ -155,6 +155,8 @@ class Runtime:
     _building: Node | None = field(init=False, default=None)  # the operator being built
     #: print a line per epoch to stderr: None (off), 0 (count unknown) or the number of epochs
     progress: int | None = field(init=False, default=None)
+    #: the query's progress records (engine.progress), one per epoch that succeeded
+    records: Progress = field(init=False, default_factory=Progress)
 
     def __post_init__(self) -> None:
         binding = bind(self.spark, self.name, self.root, self.output)
@@ -292,12 +294,15 @@ class Runtime:
         try:
             for k, (lo, hi) in enumerate(bounds):
                 last = k == len(bounds) - 1
-                reads = {b.spec.index: self._source_read(b, hi) for b in self.inputs}
+                self.records.begin(self)
+                with self.records.phase("read"):
+                    reads = {b.spec.index: self._source_read(b, hi) for b in self.inputs}
                 upcoming = None
                 if not last and self._plan.ingress_ahead:  # runs while this epoch's operators do
                     after = k + 1 == len(bounds) - 1
                     upcoming = _Upcoming(raws, *bounds[k + 1], stop and after)
                 self.run_epoch(k, reads | raws, lo, hi, stop and last, delivered, upcoming=upcoming)
+                self.records.finish(self)
             self.check_delivered(delivered)
             if stop:
                 self.warn_held(stacklevel=3)
@@ -387,7 +392,8 @@ class Runtime:
                 raise self._run_error(k, error) from None
         undelivered = _undelivered(first, items, delivered)
         if undelivered is not None:
-            self.output.deliver(k, undelivered[1], undelivered[0])
+            with self.records.phase("egress"):
+                self.output.deliver(k, undelivered[1], undelivered[0])
         if stopped is not None:
             raise stopped.error from None
         seconds = time.perf_counter() - t0
@@ -404,14 +410,7 @@ class Runtime:
             extra={"ctistream": fields},
         )
         collect_driver_garbage()
-        if self.progress is not None:
-            total = f"/{self.progress}" if self.progress else ""
-            print(
-                f"[{self.name}] epoch {k + 1}{total}: {seconds:.1f} s, {len(items)} items, "
-                f"output CTI {format_ticks(cti)}",
-                file=sys.stderr,
-                flush=True,
-            )
+        self.records.ran(k, items, 0 if undelivered is None else len(undelivered[1]))
 
     def check_delivered(self, delivered: int | None) -> None:
         """After the epochs that may have delivered before (a bounded run's, a restarted
@@ -515,7 +514,7 @@ class Runtime:
             parts = held if isinstance(held, list) else [held]
             parts += [getattr(st, name, None) for name in ("pairs", "partials")]
             kept = [df for df in parts if df is not None]
-            m = out[f"{i}:{type(node).__name__.removesuffix('Node').lower()}"] = {
+            m = out[operator_name(i, node)] = {
                 "state_rows": sum(count_rows(df) for df in kept),
                 "state_partitions": sum(df.rdd.getNumPartitions() for df in kept),
                 "cti": iso_time(st.emitted),
@@ -543,7 +542,7 @@ class Runtime:
                 items, states = self._epoch_plan(
                     raws, lo, hi, stopping, before, cache, as_read, upcoming
                 )
-            with self._release_lock:
+            with self._release_lock, self.records.phase("checkpoint"):
                 # the new state's rows computed (one job), then what only old state read freed
                 self._held.release_all_but(states, compute=True)
                 self._ingress, self._ordering, self._ops, self._egress = states
@@ -562,17 +561,19 @@ class Runtime:
         trace = self._trace
         if trace is not None:
             trace.begin_epoch(lo, hi)
-        ahead = self._take_ahead((lo, hi, stopping), cache) if before is None else None
-        if ahead is None:
-            flows, ingress, ordering = self._ingress_all(
-                raws, lo, hi, stopping, before, cache, as_read, self._ingress, self._ordering
-            )
-        else:
-            flows, ingress, ordering = ahead
+        with self.records.phase("ingress"):
+            ahead = self._take_ahead((lo, hi, stopping), cache) if before is None else None
+            if ahead is None:
+                flows, ingress, ordering = self._ingress_all(
+                    raws, lo, hi, stopping, before, cache, as_read, self._ingress, self._ordering
+                )
+            else:
+                flows, ingress, ordering = ahead
         if upcoming is not None:
             self._ahead = _Ahead.start(self, upcoming, ingress, ordering)
         ops = dict(self._ops)
         self._building = None
+        began = time.perf_counter()
         for step in self._plan.steps:
             node = step.node
             self._building = node  # the operator an analysis error comes from (_run_error)
@@ -592,10 +593,12 @@ class Runtime:
             if trace is not None and step.stateful:
                 trace.operator(node, flow)
         self._building = None
+        self.records.add("operators", began)
         root = flows[id(self.root)]
-        items, egress = egress_epoch(
-            root, self.output_shape, payload_columns(root.events), self._egress
-        )
+        with self.records.phase("egress"):
+            items, egress = egress_epoch(
+                root, self.output_shape, payload_columns(root.events), self._egress
+            )
         if trace is not None:
             trace.end_epoch(root)
         return items, (ingress, ordering, ops, egress)

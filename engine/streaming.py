@@ -247,6 +247,8 @@ class Streamer:
         stamp a capped partition reached (its ``cut``): everything from there on is read again
         by the next epoch. Without caps the epoch takes all it read."""
         rt = self.rt
+        rt.records.begin(rt)  # the epoch's progress record (engine.progress), from here
+        began = time.perf_counter()
         ranges = {int(i): r for i, r in plan["inputs"].items()}
         raws = rt._read_all(
             {i: [tuple(x[:2]) if x is not None else None for x in r] for i, r in ranges.items()},
@@ -258,6 +260,7 @@ class Streamer:
             )
         try:
             cut = _cut(raws, ranges)
+            rt.records.add("read", began)
             delivered = _at_least(rt.output.progress(), self.committed)
             as_read = [i for i in raws if str(i) not in plan.get("ctis", {})]
             rt.run_epoch(k, raws, None, cut, plan["stop"], delivered, as_read)
@@ -280,9 +283,11 @@ class Streamer:
         self.floor = max([self.floor, *taken])
         self.epoch = k + 1
         if self.dir is not None:
-            self.dir.commit(k, rt._egress.released)
-            if self.epoch % self.every == 0 or plan["stop"]:
-                self.dir.save_state(k, self._state())
+            with rt.records.phase("checkpoint"):
+                self.dir.commit(k, rt._egress.released)
+                if self.epoch % self.every == 0 or plan["stop"]:
+                    self.dir.save_state(k, self._state())
+        rt.records.finish(rt)
 
     def step(self, stopping: bool = False) -> None:
         """Plan, log and run the next epoch."""

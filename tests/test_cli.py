@@ -85,3 +85,59 @@ def test_the_command_cuts_the_run_by_size_unless_told_how_many_epochs():
 
     assert _parser().parse_args(["m:q"]).epochs is None
     assert _parser().parse_args(["m:q", "--epochs", "3"]).epochs == 3
+
+
+_PROGRESS_MODULE = """
+from datetime import UTC, datetime, timedelta
+
+from ctistream.adapters.memory import (
+    EventScript, MemoryInputConfig, MemoryInputFactory, MemoryOutputConfig, MemoryOutputFactory,
+)
+from ctistream.bindings import Application, Stream
+from ctistream.engine import (
+    AdvanceTimeGenerationSettings, AdvanceTimePolicy, AdvanceTimeSettings, EventShape, point,
+)
+from pyspark.sql import SparkSession
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def query():
+    script = EventScript()
+    script.insert("s", point(T0 + timedelta(seconds=1), {"v": 1}))
+    script.cti("s", T0 + timedelta(seconds=5))
+    script.insert("s", point(T0 + timedelta(seconds=3), {"v": 2}))  # behind the CTI: dropped
+    script.insert("s", point(T0 + timedelta(seconds=6), {"v": 3}))
+    script.cti("s", T0 + timedelta(seconds=10))
+    settings = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(100, timedelta(0)), policy=AdvanceTimePolicy.DROP
+    )
+    stream = Stream.create(
+        "s", MemoryInputFactory(), MemoryInputConfig(script=script, schema="v int"),
+        EventShape.POINT, settings,
+    )
+    app = Application("cli-progress", SparkSession.getActiveSession())
+    return stream.to_query(
+        app, "cli-progress", MemoryOutputFactory(), MemoryOutputConfig(name="cli-progress"),
+        EventShape.POINT,
+    )
+"""
+
+
+def test_the_command_prints_a_line_per_epoch_made_from_its_progress_record(spark, tmp_path, capsys):
+    module = tmp_path / "progress_query.py"
+    module.write_text(_PROGRESS_MODULE)
+    assert main([f"{module}:query", "--epochs", "1", "--no-timeline"]) == 0
+    out = capsys.readouterr().out
+    [line] = [x for x in out.splitlines() if x.startswith("[cli-progress] epoch")]
+    # By hand: 3 events and 2 CTIs read; the point at 3 s came behind the CTI 5 s (dropped);
+    # the CTI 10 s released the points at 1 s and 6 s
+    done = re.fullmatch(
+        r"\[cli-progress\] epoch 1: [\d.]+ s, 5 rows in \([\d.,]+/s\), 2 events out, "
+        r"1 dropped, 0 adjusted, output CTI 2026-01-01T00:00:10\+00:00 \((\d+) ticks\), "
+        r"(\d+) Spark jobs",
+        line,
+    )
+    assert done is not None, line
+    assert int(done[1]) == 1_767_225_610 * S  # 2026-01-01T00:00:10Z
+    assert int(done[2]) >= 1
