@@ -86,6 +86,7 @@ _THINNED_HOW = (
     "a sample: every dropped and adjusted event while they fit in half the cap, and of the "
     "others those whose hash is a multiple of a power of two; an edge's marks go together"
 )
+_THINNED_DOTS = "a sample: those whose hash is a multiple of a power of two"
 _LEFT, _PLOT_W, _PLOT_H = 90, 840, 230  # the plot boxes of the HTML page (px)
 _COUNTER_LIMIT = 10**10  # below this, stamps read as counters (memory scripts), not as dates
 #: Reasons in the order legends list them, and the marker of each (matplotlib's names; the SVG
