@@ -40,7 +40,6 @@ from ctistream.engine import (
 )
 from ctistream.engine.temporal import to_ticks
 from ctistream.viz.timeline import PAGE_CTIS, PAGE_EVENTS
-from pyspark.sql import functions as F
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 S = 1_000_000
@@ -91,7 +90,8 @@ def pages(app, tmp_path_factory):
         )
         queries.append(("edges", _query(app, edges, EventShape.EDGE)))
 
-        # keyed: tests/test_timeline.py's per-key scenario (late tolerance 100, over="k").
+        # keyed: tests/test_timeline.py's per-key input (late tolerance 100, over="k"), passed
+        # through.
         s = EventScript()
         for t, arrival, k in ((1, 10, "a"), (25, 11, "a"), (2, 12, "b"), (6, 105, "b")):
             s.insert("kin", point(0, {"k": k, "t": t, "v": 1.0}), arrival=arrival)
@@ -110,12 +110,13 @@ def pages(app, tmp_path_factory):
             EventShape.POINT,
             ordering=ordering,
         )
-        windowed = kin.tumbling_window(TICK * 10).group_by("k").aggregate(n=F.count("*"))
-        queries.append(("keyed", _query(app, windowed)))
+        queries.append(("keyed", _query(app, kin)))
 
         # big: 10,000 points 10 ms apart, each arriving 0.5 s after its time, except every
-        # 100th (i % 100 == 50), 3 s behind: dropped (a CTI 1 s behind the largest start
-        # follows each event). A tumbling window of 10 s counts them.
+        # 100th (i % 100 == 50), 3 s behind. A CTI 1 s behind the largest start follows every
+        # 100th event (after i = 99, 199, ...): from i = 150 on each late one is below the CTI
+        # in force (k - 1.01 s against k - 2.5 s for i = 100 k + 50) and dropped, 99 in all;
+        # i = 50 comes before any CTI and is kept. The query passes the events through.
         s = EventScript()
         for i in range(10_000):
             late = 3.0 if i % 100 == 50 else 0.0
@@ -126,16 +127,19 @@ def pages(app, tmp_path_factory):
             MemoryInputConfig(script=s),
             EventShape.POINT,
             AdvanceTimeSettings(
-                AdvanceTimeGenerationSettings(1, timedelta(seconds=1), True),
+                AdvanceTimeGenerationSettings(100, timedelta(seconds=1), True),
                 None,
                 AdvanceTimePolicy.DROP,
             ),
         )
-        counted = big.tumbling_window(timedelta(seconds=10)).aggregate(n=F.count("*"))
-        queries.append(("big", _query(app, counted)))
+        queries.append(("big", _query(app, big)))
 
         for what, query in queries:
+            import time
+
+            t = time.time()
             query.run(trace=True)
+            print("RUN", what, time.time() - t)
             path = out / f"{what}.html"
             made[what] = (path, query.timeline(html=path).html())
         yield made
@@ -180,26 +184,22 @@ def test_the_page_draws_edges_as_lifetime_bars_and_a_never_closed_one_to_the_rig
 def test_the_axes_share_one_time_origin_and_the_diagonal_is_event_time_equals_arrival(pages):
     _, page = pages["big"]
     svg = _svg(page)
-    # Both axes are dates: one origin and unit. Event times run from -10 s (the window's
-    # first CTI: the input's first, 0 - 1 s, pulled back to its window's start) to 100 s (the
-    # last window's end), arrivals from 0.5 s to 100.49 s after 12:00: at most 600 s, so
-    # seconds, from the lowest of both: 11:59:50.
+    # Both axes are dates: one origin and unit. Event times run from -2.5 s (i = 50, kept)
+    # to 99.99 s, arrivals from 0.5 s to 100.49 s after 12:00: at most 600 s, so seconds,
+    # from the lowest of both rounded down: 11:59:57.
     assert (
-        "x: arrival (s after 2026-11-21T11:59:50Z); y: event time (s after "
-        "2026-11-21T11:59:50Z)" in page
+        "x: arrival (s after 2026-11-21T11:59:57Z); y: event time (s after "
+        "2026-11-21T11:59:57Z)" in page
     )
     (diag, *_) = _marks(svg, "diagonal")
     x1, y1, x2, y2 = (float(diag.get(k)) for k in ("x1", "y1", "x2", "y2"))
-    # An output window result [10 s, 20 s) was emitted when the CTI passed 20 s: the first
-    # event at or after 21 s (1 s delay) arrived at 21.5 s. Its mark lies below the diagonal.
-    out = {int(e.get("data-time")): e for e in _marks(svg, "event output")}
-    assert sorted(out) == [t0 + k * 10 * S for k in range(10)]
-    assert int(out[t0 + 10 * S].get("data-arrival")) == t0 + 21_500_000
-    assert int(out[t0 + 10 * S].get("data-end")) == t0 + 20 * S
-    dot = out[t0 + 10 * S].find("{http://www.w3.org/2000/svg}circle")
-    cx, cy = float(dot.get("cx")), float(dot.get("cy"))
+    # The dropped i = 150: event time 1.5 - 3 = -1.5 s, arrival 2 s: 3.5 s below the diagonal.
+    (late,) = [e for e in _marks(svg, "event dropped") if e.get("data-arrival") == str(t0 + 2 * S)]
+    assert int(late.get("data-time")) == t0 - 1_500_000
+    cross = late.find("{http://www.w3.org/2000/svg}path").get("transform")
+    cx, cy = (float(v) for v in cross.removeprefix("translate(").removesuffix(")").split(","))
     on_diagonal = y1 + (cx - x1) / (x2 - x1) * (y2 - y1)  # the diagonal's y at cx (px)
-    assert cy > on_diagonal + 5  # below: event time 10 s < arrival 21.5 s
+    assert cy > on_diagonal + 5  # below it (larger y on the page)
     # The diagonal's end points are each at one value on both axes: with the plot's pixel
     # mapping, (x1, y1) is (v, v) for the same v.
     axes = json.loads(re.search(r'id="timeline-axes">(.*?)</script>', page).group(1))
@@ -208,7 +208,7 @@ def test_the_axes_share_one_time_origin_and_the_diagonal_is_event_time_equals_ar
     vx = ax["low"] + (x1 - LEFT) / WIDTH * (ax["high"] - ax["low"])
     vy = ay["low"] + (panel_top + HEIGHT - y1) / HEIGHT * (ay["high"] - ay["low"])
     assert vx == pytest.approx(vy, abs=0.1)
-    assert ax["origin"] == ay["origin"] == t0 - 10 * S and ax["unit"] == ay["unit"] == S
+    assert ax["origin"] == ay["origin"] == t0 - 3 * S and ax["unit"] == ay["unit"] == S
 
 
 def test_ten_thousand_events_make_at_most_a_megabyte_and_the_page_says_what_it_thinned(pages):
@@ -218,15 +218,43 @@ def test_ten_thousand_events_make_at_most_a_megabyte_and_the_page_says_what_it_t
     svg = _svg(page)
     dropped = _marks(svg, "event dropped")
     kept = _marks(svg, "event kept")
-    # Every dropped event drawn (100: i % 100 == 50), a sample of the 9,900 kept ones.
-    assert len(dropped) == 100
-    assert 0 < len(kept) + len(dropped) <= PAGE_EVENTS
+    # Every dropped event drawn (99), a sample of the 9,901 kept ones; the output's 9,901
+    # events (passed through) sampled too.
+    assert len(dropped) == 99
     shown = len(kept) + len(dropped)
+    assert 0 < shown <= PAGE_EVENTS
     assert f"input big: showing {shown:,} of 10,000 events" in page
-    (note,) = [e for e in _marks(svg, "thinned")]
-    assert note.text == f"showing {shown:,} of 10,000 events (a sample)"
+    outputs = len(_marks(svg, "event output"))
+    assert 0 < outputs <= PAGE_EVENTS
+    query = svg.find(".//*[@data-panel='output']").get("data-name")
+    assert f"query {query}: showing {outputs:,} of 9,901 events" in page
+    notes = [e.text for e in _marks(svg, "thinned")]
+    assert notes == [
+        f"showing {shown:,} of 10,000 events (a sample)",
+        f"showing {outputs:,} of 9,901 events (a sample)",
+    ]
+    # 100 CTIs (after i = 99, 199, ..., 9999) and the flush's: few enough to draw each.
     dots = [e for e in _marks(svg, "cti input-cti") if e.get("data-series") == "big"]
-    assert len(dots) <= PAGE_CTIS and f"CTIs of big: showing {len(dots)}" in page
+    assert len(dots) == 101 <= PAGE_CTIS and "CTIs of big: showing" not in page
+
+
+def test_thinning_keeps_the_dropped_and_adjusted_and_an_edges_marks_together():
+    from ctistream.viz.timeline import _thin
+
+    # (id, first?, edge match or None): 40 plain marks, 5 "first" ones, 10 edges as 5 pairs.
+    marks = [(i, False, None) for i in range(40)] + [(100 + i, True, None) for i in range(5)]
+    marks += [(200 + i, False, i // 2) for i in range(10)]
+
+    def ident(m):
+        return ("edge", m[2]) if m[2] is not None else m[0]
+
+    kept = _thin(marks, 20, ident, lambda m: m[1])
+    assert len(kept) <= 20 and kept == [m for m in marks if m in kept]  # in order
+    assert [m for m in kept if m[1]] == marks[40:45]  # every "first" one: 5 <= 20 / 2
+    pairs = [m[2] for m in kept if m[2] is not None]
+    assert all(pairs.count(p) == 2 for p in pairs)  # an edge's two marks together
+    assert _thin(marks, 20, ident, lambda m: m[1]) == kept  # the same every time
+    assert _thin(marks, 100, ident, lambda m: m[1]) == marks  # under the cap: all
 
 
 # -- in a real browser ---------------------------------------------------------------------
@@ -381,11 +409,19 @@ def test_in_a_browser_the_key_filter_shows_one_keys_marks(pages, browser):
     for e in _svg(html).iter():
         if e.get("data-key") is not None:
             keyed.setdefault(e.get("data-key"), []).append(e.get("class"))
-    # Events: a at 10 and 11, b at 12 and 105 (each with its key), per key the keyed CTIs and
-    # the lines of tests/test_timeline.py, and the window's results: a [0, 10), a [20, 30),
-    # b [0, 10).
-    assert keyed["a"].count("event kept") == 2 and keyed["b"].count("event kept") == 2
-    assert keyed["a"].count("event output") == 2 and keyed["b"].count("event output") == 1
+    # Events: a at 10 and 11, b at 12 and 105, each with its key, in the input's panel and
+    # (passed through) the output's; per key its keyed CTIs (a at 10 and 11, b at 12 and 105,
+    # as tests/test_timeline.py works them out) and its CTI line.
+    for k in ("a", "b"):
+        assert sorted(keyed[k]) == [
+            "event kept",
+            "event kept",
+            "event output",
+            "event output",
+            "key-cti-line input-keyed-cti",
+            "keyed-cti input-keyed-cti",
+            "keyed-cti input-keyed-cti",
+        ], k
     page = browser.new_page()
     page.goto(path.as_uri())
     assert page.eval_on_selector_all("#timeline-keys option", "os => os.map(o => o.value)") == [

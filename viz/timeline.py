@@ -20,15 +20,26 @@ CTI), and the page says how many were left out.
 Dotted vertical lines are the epoch cuts. CTIs at ``+inf`` are drawn on a row above the finite
 range, and the CTIs that flush inputs when a bounded run stops in a "stop" column on the right.
 
+The last panel also shows the query's **output events**, each at the arrival it was emitted
+at. Intervals are vertical bars from start to end; an **edge** is a lifetime bar from its START
+edge's arrival along its start to its END edge's arrival and up to its end (paired as ingress
+pairs them: ``TraceItem.match``); an edge never closed runs to the right edge and ends in a
+hollow arrowhead. When arrival stamps and event times are both dates or both counters, both
+axes share one time origin and unit, and a dotted diagonal marks event time = arrival time.
+
 The PNG is drawn with matplotlib (Agg, no pyplot state), which only the ``viz`` extra installs
 (``pip install "ctistream[viz]"``): it is imported when a PNG is drawn, and without it
 :meth:`Timeline.png` raises ImportError saying so (:func:`require_matplotlib`). The HTML page
-is self-contained: one file, inline SVG and CSS, no scripts; every mark is an element with a
-class and ``data-`` attributes (``event kept|dropped|adjusted`` with ``data-reason`` and
-``data-adjusted``, ``explicit-cti``, ``cti input-cti|operator-cti|output-cti``, ``epoch-cut``,
-``end-of-input``; per key ``key-cti-line`` and ``keyed-cti`` with ``data-key``, and
-``keys-left-out``) and a tooltip (``<title>``); the legend and the summary table count dropped
-and adjusted events by reason.
+is self-contained: one file, inline SVG, CSS and script (``viz/timeline.js``: zoom and pan by
+wheel, drag and buttons, a filter by substream key), nothing fetched; every mark is an element
+with a class and ``data-`` attributes (``event kept|dropped|adjusted`` with ``data-reason`` and
+``data-adjusted``, ``event output``, ``lifetime edge`` and ``lifetime edge open``,
+``lifetime interval``, ``diagonal``, ``explicit-cti``, ``cti input-cti|operator-cti|output-cti``,
+``epoch-cut``, ``end-of-input``; per key ``key-cti-line`` and ``keyed-cti`` with ``data-key``,
+events of a stream with substreams with ``data-key`` too, and ``keys-left-out``) and a tooltip
+(``<title>``); the legend and the summary table count dropped and adjusted events by reason.
+The page thins dense series (at most ``PAGE_EVENTS`` events and ``PAGE_CTIS`` CTI dots per
+series, :func:`_thin`) and says "showing N of M"; the PNG draws all the trace holds.
 """
 
 from __future__ import annotations
@@ -735,6 +746,8 @@ class Timeline:
                     zorder=1,
                 )
             label = {"point": "event", "start": "START edge", "end": "END edge"}.get(shape, shape)
+            if panel.kind == "output":
+                label = f"output {label}"
             ax.scatter(
                 [m.x for m in ms],
                 [m.y for m in ms],
@@ -1055,7 +1068,20 @@ class Timeline:
         keys: list[str] = []  # drawn last: a keyed CTI's dot sits on its key's event
         for line in panel.lines:
             if line.key is not None:
-                keys.extend(self._svg_key_line(line, sx, sy))
+                drawn_keys = self._svg_key_line(line, sx, sy)
+                keys.extend(drawn_keys)
+                dots = sum(1 for k in drawn_keys if k.startswith('<circle class="keyed-cti'))
+                if dots < len(line.points):
+                    what = f"{'input' if line.role == INPUT_KEYED_CTI else 'operator'} {line.name}"
+                    notes.append(
+                        (
+                            f"{what}, key {line.key}",
+                            "keyed CTI dots",
+                            dots,
+                            len(line.points),
+                            _THINNED_DOTS,
+                        )
+                    )
                 continue
             xs, ys = self._step(line)
             if not xs:
