@@ -58,8 +58,11 @@
   }
   function ticks(p) {
     var g = p.ticks; while (g.firstChild) g.removeChild(g.firstChild);
-    var xs = nice(view.x0, view.x1).map(function (v) { return [v, label(A.x, v)]; });
-    var ys = nice(view.y0, view.y1).map(function (v) { return [v, label(A.y, v)]; });
+    function numbered(a, lo, hi) {
+      return nice(lo, hi).filter(function (v) { return a.inf === null || v <= a.finite; })
+        .map(function (v) { return [v, label(a, v)]; });
+    }
+    var xs = numbered(A.x, view.x0, view.x1), ys = numbered(A.y, view.y0, view.y1);
     if (A.x.inf !== null) xs.push([A.x.inf, A.x.infLabel]);
     if (A.y.inf !== null) ys.push([A.y.inf, A.y.infLabel]);
     xs.forEach(function (t) {

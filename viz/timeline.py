@@ -905,6 +905,7 @@ class Timeline:
                 "counter": a.counter,
                 "inf": a.inf,
                 "infLabel": a.inf_label,
+                "finite": a.hi + a.pad,  # numbered ticks stop here, below the +inf row
             }
 
         data = {"left": _LEFT, "width": _PLOT_W, "height": _PLOT_H}
