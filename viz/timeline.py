@@ -908,7 +908,7 @@ class Timeline:
                 "finite": a.hi + a.pad,  # numbered ticks stop here, below the +inf row
             }
 
-        data = {"left": _LEFT, "width": _PLOT_W, "height": _PLOT_H}
+        data: dict[str, Any] = {"left": _LEFT, "width": _PLOT_W, "height": _PLOT_H}
         data |= {"x": axis(self.x), "y": axis(self.y)}
         return json.dumps(data).replace("<", "\\u003c")
 
@@ -1071,14 +1071,14 @@ class Timeline:
             if line.key is not None:
                 drawn_keys = self._svg_key_line(line, sx, sy)
                 keys.extend(drawn_keys)
-                dots = sum(1 for k in drawn_keys if k.startswith('<circle class="keyed-cti'))
-                if dots < len(line.points):
+                keyed = sum(1 for k in drawn_keys if k.startswith('<circle class="keyed-cti'))
+                if keyed < len(line.points):
                     what = f"{'input' if line.role == INPUT_KEYED_CTI else 'operator'} {line.name}"
                     notes.append(
                         (
                             f"{what}, key {line.key}",
                             "keyed CTI dots",
-                            dots,
+                            keyed,
                             len(line.points),
                             _THINNED_DOTS,
                         )
