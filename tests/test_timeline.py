@@ -190,9 +190,19 @@ def test_the_html_page_is_self_contained_and_holds_the_marks(traced, tmp_path):
     traced.timeline(html=path)
     page = path.read_text()
     assert page.startswith("<!DOCTYPE html>") and "</html>" in page
-    assert "<script" not in page and "<link" not in page and "@import" not in page
+    # One file: the scripts inline (zoom, pan, the key filter), nothing fetched, the only
+    # references the page's own marker and clip paths.
+    assert "<link" not in page and "@import" not in page
+    assert set(re.findall(r"\w+://[^\"' ]*", page)) == {"http://www.w3.org/2000/svg"}  # a name
+    assert re.findall(r"<script[^>]*>", page) == [
+        '<script type="application/json" id="timeline-axes">',
+        "<script>",
+    ]
     assert not re.search(r"(src|href)=", page) and set(re.findall(r"url\(([^)]*)\)", page)) == {
-        "#arrow"
+        "#arrow",
+        "#plot-clip-0",
+        "#plot-clip-1",
+        "#plot-clip-2",
     }
     svg = _svg(page)
 

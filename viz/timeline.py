@@ -20,22 +20,36 @@ CTI), and the page says how many were left out.
 Dotted vertical lines are the epoch cuts. CTIs at ``+inf`` are drawn on a row above the finite
 range, and the CTIs that flush inputs when a bounded run stops in a "stop" column on the right.
 
+The last panel also shows the query's **output events**, each at the arrival it was emitted
+at. Intervals are vertical bars from start to end; an **edge** is a lifetime bar from its START
+edge's arrival along its start to its END edge's arrival and up to its end (paired as ingress
+pairs them: ``TraceItem.match``); an edge never closed runs to the right edge and ends in a
+hollow arrowhead. When arrival stamps and event times are both dates or both counters, both
+axes share one time origin and unit, and a dotted diagonal marks event time = arrival time.
+
 The PNG is drawn with matplotlib (Agg, no pyplot state), which only the ``viz`` extra installs
 (``pip install "ctistream[viz]"``): it is imported when a PNG is drawn, and without it
 :meth:`Timeline.png` raises ImportError saying so (:func:`require_matplotlib`). The HTML page
-is self-contained: one file, inline SVG and CSS, no scripts; every mark is an element with a
-class and ``data-`` attributes (``event kept|dropped|adjusted`` with ``data-reason`` and
-``data-adjusted``, ``explicit-cti``, ``cti input-cti|operator-cti|output-cti``, ``epoch-cut``,
-``end-of-input``; per key ``key-cti-line`` and ``keyed-cti`` with ``data-key``, and
-``keys-left-out``) and a tooltip (``<title>``); the legend and the summary table count dropped
-and adjusted events by reason.
+is self-contained: one file, inline SVG, CSS and script (``viz/timeline.js``: zoom and pan by
+wheel, drag and buttons, a filter by substream key), nothing fetched; every mark is an element
+with a class and ``data-`` attributes (``event kept|dropped|adjusted`` with ``data-reason`` and
+``data-adjusted``, ``event output``, ``lifetime edge`` and ``lifetime edge open``,
+``lifetime interval``, ``diagonal``, ``explicit-cti``, ``cti input-cti|operator-cti|output-cti``,
+``epoch-cut``, ``end-of-input``; per key ``key-cti-line`` and ``keyed-cti`` with ``data-key``,
+events of a stream with substreams with ``data-key`` too, and ``keys-left-out``) and a tooltip
+(``<title>``); the legend and the summary table count dropped and adjusted events by reason.
+The page thins dense series (at most ``PAGE_EVENTS`` events and ``PAGE_CTIS`` CTI dots per
+series, :func:`_thin`) and says "showing N of M"; the PNG draws all the trace holds.
 """
 
 from __future__ import annotations
 
 import html as _html
 import io
+import json
 import math
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,11 +62,12 @@ from ctistream.viz.trace import (
     OPERATOR_CTI,
     OPERATOR_KEYED_CTI,
     OUTPUT_CTI,
+    OUTPUT_EVENT,
     Trace,
     TraceItem,
 )
 
-__all__ = ["MAX_KEYS", "Timeline", "require_matplotlib"]
+__all__ = ["MAX_KEYS", "PAGE_CTIS", "PAGE_EVENTS", "Timeline", "require_matplotlib"]
 
 #: Keys drawn per stream with substreams (the first to get a keyed CTI); the rest are counted.
 MAX_KEYS = 10
@@ -73,6 +88,17 @@ _KEY_COLORS = [
     "#636363",
     "#9c9ede",
 ]
+#: What the HTML page draws per series at most: events (an edge's two marks count as two) and
+#: CTI dots; the rest are left out, and the page says "showing N of M" (:func:`_thin`).
+PAGE_EVENTS = 1_000
+PAGE_CTIS = 300
+_PAGE_KEYS = 1_000  # keys the filter offers in its list (any key can be typed)
+_THINNED_HOW = (
+    "a sample: every dropped and adjusted event while they fit in half the cap, and of the "
+    "others those whose hash is a multiple of a power of two; an edge's marks go together"
+)
+_THINNED_DOTS = "a sample: those whose hash is a multiple of a power of two"
+_LEFT, _PLOT_W, _PLOT_H = 90, 840, 230  # the plot boxes of the HTML page (px)
 _COUNTER_LIMIT = 10**10  # below this, stamps read as counters (memory scripts), not as dates
 #: Reasons in the order legends list them, and the marker of each (matplotlib's names; the SVG
 #: draws the same shapes). Other reasons: a cross (dropped) or a circle (adjusted); several: "P".
@@ -141,22 +167,63 @@ class _Axis:
         return to_datetime(t).isoformat().replace("+00:00", "Z")
 
 
-def _axis(values: list[int], what: str, counter_title: str, inf_label: str) -> _Axis:
+def _is_counter(values: list[int]) -> bool:
+    """Whether finite stamps read as counters (near 0, negative CTIs too), not as dates."""
+    finite = [v for v in values if MIN_TIME < v < MAX_TIME] or [0]
+    return min(finite) > -_COUNTER_LIMIT and max(finite) < _COUNTER_LIMIT
+
+
+def _axes(xs: list[int], ys: list[int]) -> tuple[_Axis, _Axis, bool]:
+    """The arrival (x) and event time (y) axes, and whether they share one time origin and
+    unit: both are dates, or both counters, so a value on one reads as the same moment on the
+    other and the event time = arrival time diagonal can be drawn (docs/decisions.md,
+    "Timeline"). Each axis keeps its own range."""
+    if _is_counter(xs) != _is_counter(ys):
+        x = _axis(xs, "arrival", "arrival stamp", "stop")
+        return x, _axis(ys, "event time", "event time (ticks)", "+inf"), False
+    scale = _scale(max(_span(xs), _span(ys)), [v for v in xs + ys if MIN_TIME < v < MAX_TIME])
+    return (
+        _axis(xs, "arrival", "arrival stamp", "stop", scale),
+        _axis(ys, "event time", "event time (ticks)", "+inf", scale),
+        True,
+    )
+
+
+def _span(values: list[int]) -> int:
+    finite = [v for v in values if MIN_TIME < v < MAX_TIME] or [0]
+    return max(finite) - min(finite)
+
+
+def _scale(span: int, values: list[int]) -> tuple[int, int, str]:
+    """The origin, unit and unit name of an axis of dates: seconds, minutes or hours by the
+    span, the origin the lowest of ``values`` rounded down to the unit."""
+    unit, name = (
+        (1_000_000, "s")
+        if span <= 600 * 1_000_000
+        else (60_000_000, "min")
+        if span <= 600 * 60_000_000
+        else (3_600_000_000, "h")
+    )
+    low = min(values or [0])
+    return low - low % unit, unit, name
+
+
+def _axis(
+    values: list[int],
+    what: str,
+    counter_title: str,
+    inf_label: str,
+    scale: tuple[int, int, str] | None = None,
+) -> _Axis:
+    """An axis over ``values``, with the origin and unit of ``scale`` when given (an axis of
+    dates: both axes share them)."""
     finite = [v for v in values if MIN_TIME < v < MAX_TIME] or [0]
     lo_t, hi_t = min(finite), max(finite)
     has_inf = any(v >= MAX_TIME for v in values)
-    if lo_t > -_COUNTER_LIMIT and hi_t < _COUNTER_LIMIT:  # near 0 (negative CTIs too): counters
+    if _is_counter(values):
         title, origin, unit, counter = counter_title, 0, 1, True
     else:
-        span = hi_t - lo_t
-        unit, name = (
-            (1_000_000, "s")
-            if span <= 600 * 1_000_000
-            else (60_000_000, "min")
-            if span <= 600 * 60_000_000
-            else (3_600_000_000, "h")
-        )
-        origin = lo_t - lo_t % unit
+        origin, unit, name = scale or _scale(hi_t - lo_t, finite)
         stamp = to_datetime(origin).isoformat().replace("+00:00", "Z")
         title, counter = f"{what} ({name} after {stamp})", False
     lo, hi = (lo_t - origin) / unit, (hi_t - origin) / unit
@@ -184,6 +251,20 @@ class _Mark:
     y: float
     item: TraceItem
     y2: float | None = None  # adjusted: the new start; interval: the (clipped) end
+
+
+@dataclass
+class _Bar:
+    """An edge's lifetime: from its START edge's arrival ``x0`` along its start ``y0`` to its
+    END edge's arrival ``x1``, then up to its end ``y1``; ``end`` None: never closed (it runs
+    to the right edge)."""
+
+    x0: float
+    y0: float
+    x1: float | None
+    y1: float | None
+    start: TraceItem
+    end: TraceItem | None
 
 
 @dataclass
@@ -217,6 +298,7 @@ class _Panel:
     explicit: list[_Mark] = field(default_factory=list)
     ends: list[_Mark] = field(default_factory=list)
     lines: list[_Line] = field(default_factory=list)
+    bars: list[_Bar] = field(default_factory=list)
     keys_left_out: list[tuple[str, int, int]] = field(default_factory=list)  # (what, drawn, all)
 
 
@@ -300,26 +382,25 @@ class Timeline:
         t = trace
         ys: list[int] = []
         xs: list[int] = []
-        for name in t.inputs:
-            for it in t.items(name):
-                xs.append(it.arrival)
-                if it.time is not None:
-                    ys.append(it.time)
-                if it.adjusted is not None:
-                    ys.append(it.adjusted)
-                if _shape(it) == "interval" and it.end is not None:
-                    ys.append(it.end)
+        for it in [i for name in t.inputs for i in t.items(name)] + t.output_events():
+            xs.append(it.arrival)
+            if it.time is not None:
+                ys.append(it.time)
+            if it.adjusted is not None:
+                ys.append(it.adjusted)
+            if _shape(it) == "interval" and it.end is not None:
+                ys.append(it.end)
         ctis = [c for n in t.inputs for c in t.input_ctis(n)]
         ctis += [c for op in t.operators for c in t.operator_ctis(op)] + t.output_ctis()
         ctis += [c for n in t.inputs for c in t.input_keyed_ctis(n)]
         ctis += [c for op in t.operators for c in t.operator_keyed_ctis(op)]
         xs += [c.arrival for c in ctis]
         ys += [c.start for c in ctis if c.start is not None]
-        self.x = _axis(xs + t.cuts, "arrival", "arrival stamp", "stop")
-        self.y = _axis(ys, "event time", "event time (ticks)", "+inf")
+        self.x, self.y, self.diagonal = _axes(xs + t.cuts, ys)
         self.panels = self._panels()
         what = {
             ITEM: "input {} items",
+            OUTPUT_EVENT: "query {} output events",
             INPUT_CTI: "input {} CTIs",
             OPERATOR_CTI: "operator {} CTIs",
             OUTPUT_CTI: "query {} output CTIs",
@@ -363,6 +444,7 @@ class Timeline:
                 else:
                     end = y.clip(it.end) if _shape(it) == "interval" else None
                     p.kept.append(_Mark(ax, y.at(it.time), it, end))
+            p.bars = self._lifetimes(t.items(name))
             ctis = t.input_ctis(name)
             p.lines.append(self._line(f"CTIs of {name}", INPUT_CTI, name, ctis, color, 1.8))
             refs.append(self._line(f"{name}", INPUT_CTI, name, ctis, color, 1.0, faint=True))
@@ -377,7 +459,19 @@ class Timeline:
             if keyed:
                 p.title += f", {len(keyed)} keyed CTIs of {len({k.key for k in keyed})} keys"
             panels.append(p)
-        out = _Panel("output", t.query, f"query {t.query}: output CTIs and operators' CTIs", "")
+        outputs = t.output_events()
+        sampled = " (sampled)" if (OUTPUT_EVENT, t.query) in t.sampled() else ""
+        out = _Panel(
+            "output",
+            t.query,
+            f"query {t.query}: {len(outputs)} output events{sampled}, output CTIs and "
+            "operators' CTIs",
+            _OUTPUT,
+        )
+        for it in outputs:
+            end = y.clip(it.end) if _shape(it) == "interval" else None
+            out.kept.append(_Mark(x.at(it.arrival), y.at(it.time), it, end))
+        out.bars = self._lifetimes(outputs)
         out.lines.extend(refs)
         for i, op in enumerate(t.operators):
             color = _OPERATOR_COLORS[i % len(_OPERATOR_COLORS)]
@@ -390,6 +484,30 @@ class Timeline:
         )
         panels.append(out)
         return panels
+
+    def _lifetimes(self, items: list[TraceItem]) -> list[_Bar]:
+        """The lifetimes of the edges among ``items`` (in arrival order): each START edge not
+        dropped with the first later END edge of the same ``match`` not dropped (FIFO, as
+        ingress pairs them), at the start and end they were given (adjusted ones moved)."""
+        x, y = self.x, self.y
+        waiting: dict[int | None, list[_Bar]] = {}
+        bars: list[_Bar] = []
+        for it in items:
+            if it.kind != "INSERT" or it.action == "dropped" or it.edge is None:
+                continue
+            if it.edge == "START":
+                start = it.adjusted if it.adjusted is not None else it.start
+                bar = _Bar(x.at(it.arrival), y.at(start), None, None, it, None)
+                bars.append(bar)
+                waiting.setdefault(it.match, []).append(bar)
+                continue
+            queue = waiting.get(it.match)
+            if not queue:  # its START edge was sampled out
+                continue
+            bar = queue.pop(0)
+            end = it.adjusted if it.adjusted is not None else it.end
+            bar.x1, bar.y1, bar.end = x.at(it.arrival), y.clip(end), it
+        return bars
 
     def _add_keys(
         self,
@@ -471,6 +589,15 @@ class Timeline:
                 seg.append((x.high, seg[-1][1]))
         panel.lines.extend(lines.values())
 
+    def _diagonal(self) -> tuple[float, float] | None:
+        """Where the event time = arrival time diagonal crosses the plot (in axis units), when
+        the axes share one time origin and the two ranges overlap."""
+        if not self.diagonal:
+            return None
+        x, y = self.x, self.y
+        lo, hi = max(x.low, y.low), min(x.hi + x.pad / 2, y.hi + y.pad / 2)
+        return (lo, hi) if lo < hi else None
+
     def _step(self, line: _Line) -> tuple[list[float], list[float]]:
         """The step line's vertices: each CTI holds until the next, the last to the right end."""
         xs, ys = [], []
@@ -528,6 +655,40 @@ class Timeline:
             ax.axhline(self.y.inf, color="#eeeeee", lw=6, zorder=0)
         if self.x.inf is not None:
             ax.axvline(self.x.inf, color="#eeeeee", lw=6, zorder=0)
+        diagonal = self._diagonal()
+        if diagonal is not None:
+            lo, hi = diagonal
+            ax.plot([lo, hi], [lo, hi], color="#999999", lw=1, ls=(0, (1, 2)), zorder=0.5)
+        for i, bar in enumerate(panel.bars):
+            if bar.end is None:
+                ax.plot(
+                    [bar.x0, self.x.high],
+                    [bar.y0, bar.y0],
+                    color=panel.color,
+                    alpha=0.45,
+                    lw=3,
+                    zorder=1,
+                    label=None if i else "edge lifetime",
+                )
+                ax.scatter(
+                    [self.x.high],
+                    [bar.y0],
+                    marker=">",
+                    s=40,
+                    facecolor="white",
+                    edgecolor=panel.color,
+                    zorder=4,
+                )
+            else:
+                ax.plot(
+                    [bar.x0, bar.x1, bar.x1],
+                    [bar.y0, bar.y0, bar.y1],
+                    color=panel.color,
+                    alpha=0.45,
+                    lw=3,
+                    zorder=1,
+                    label=None if i else "edge lifetime",
+                )
         for line in panel.lines:
             if line.key is not None:  # a key's CTI: thin, where above the stream's
                 for j, seg in enumerate(line.segments):
@@ -585,6 +746,8 @@ class Timeline:
                     zorder=1,
                 )
             label = {"point": "event", "start": "START edge", "end": "END edge"}.get(shape, shape)
+            if panel.kind == "output":
+                label = f"output {label}"
             ax.scatter(
                 [m.x for m in ms],
                 [m.y for m in ms],
@@ -666,10 +829,18 @@ class Timeline:
 
     # -- HTML ------------------------------------------------------------------------------
     def html(self, path: str | Path | None = None) -> str:
-        """The timeline as one self-contained HTML page (written to ``path`` too, when given)."""
+        """The timeline as one self-contained HTML page (written to ``path`` too, when given):
+        inline SVG, CSS and a script (zoom, pan, the key filter), nothing fetched."""
         t = self.trace
         q = _esc(t.query)
+        svg, thinned = self._svg()
         notes = "".join(f'<p class="sampled">{_esc(n)}</p>' for n in self.notes)
+        notes += "".join(
+            f'<p class="thinned" data-series="{_esc(what)}" data-shown="{shown}" '
+            f'data-total="{total}">{_esc(what)}: showing {shown:,} of {total:,} {kind} '
+            f"({_esc(how)})</p>"
+            for what, kind, shown, total, how in thinned
+        )
         notes += "".join(
             f'<p class="keys-left-out" data-series="{_esc(what)}" data-drawn="{drawn}" '
             f'data-keys="{total}">{_esc(note)}</p>'
@@ -677,21 +848,73 @@ class Timeline:
                 [k for p in self.panels for k in p.keys_left_out], self.key_notes, strict=True
             )
         )
+        keys = sorted(
+            {it.key for n in t.inputs for it in t.items(n) if it.key is not None}
+            | {it.key for it in t.output_events() if it.key is not None}
+            | {str(c.key) for n in t.inputs for c in t.input_keyed_ctis(n)}
+            | {str(c.key) for op in t.operators for c in t.operator_keyed_ctis(op)}
+        )
+        options = "".join(f'<option value="{_esc(k)}"></option>' for k in keys[:_PAGE_KEYS])
+        disabled = "" if keys else " disabled"
+        diagonal = (
+            " Dotted grey diagonal: event time = arrival time (below it an event arrived after "
+            "its time)."
+            if self.diagonal
+            else " The arrival stamps and event times are not on one clock (one is a counter, "
+            "the other dates): no diagonal."
+        )
+        controls = (
+            '<div class="controls">'
+            '<button type="button" data-act="in" title="zoom in">zoom in</button>'
+            '<button type="button" data-act="out" title="zoom out">zoom out</button>'
+            '<button type="button" data-act="left" title="pan left">&#8592;</button>'
+            '<button type="button" data-act="right" title="pan right">&#8594;</button>'
+            '<button type="button" data-act="up" title="pan up">&#8593;</button>'
+            '<button type="button" data-act="down" title="pan down">&#8595;</button>'
+            '<button type="button" data-act="reset" title="show everything">reset</button> '
+            f'<label>key <input id="key-filter" list="timeline-keys" size="14" '
+            f'placeholder="{"all keys" if keys else "no substream keys"}"{disabled}></label>'
+            f'<datalist id="timeline-keys">{options}</datalist> '
+            '<span id="key-count"></span> <span id="view-range"></span></div>\n'
+        )
         page = (
             "<!DOCTYPE html>\n"
             f'<html lang="en"><head><meta charset="utf-8"><title>timeline of query {q}</title>'
             f"<style>{_CSS}</style></head><body>\n"
             f'<h1>Timeline of query <code>{q}</code></h1>\n<p class="axes">x: '
-            f"{_esc(self.x.title)}; y: {_esc(self.y.title)}. Dotted lines: epoch cuts. Hover "
-            "a mark for its details.</p>\n"
-            f"{notes}\n{self._svg()}\n{self._summary()}\n</body></html>\n"
+            f"{_esc(self.x.title)}; y: {_esc(self.y.title)}. Dotted lines: epoch cuts."
+            f"{diagonal} Hover a mark for its details; wheel: zoom (Shift: arrival only, "
+            "Alt: event time only); drag: pan; double-click: reset.</p>\n"
+            f"{controls}{notes}\n{svg}\n{self._summary()}\n"
+            f'<script type="application/json" id="timeline-axes">{self._axes_json()}</script>\n'
+            f"<script>{_SCRIPT}</script>\n</body></html>\n"
         )
         if path is not None:
             _write(path, page.encode())
         return page
 
-    def _svg(self) -> str:
-        left, right, top, plot_w, plot_h, gap = 90, 230, 20, 840, 230, 80
+    def _axes_json(self) -> str:
+        """What the page's script needs of the axes and the plot boxes (JSON, ``<`` escaped)."""
+
+        def axis(a: _Axis) -> dict[str, Any]:
+            return {
+                "low": a.low,
+                "high": a.high,
+                "origin": a.origin,
+                "unit": a.unit,
+                "counter": a.counter,
+                "inf": a.inf,
+                "infLabel": a.inf_label,
+                "finite": a.hi + a.pad,  # numbered ticks stop here, below the +inf row
+            }
+
+        data: dict[str, Any] = {"left": _LEFT, "width": _PLOT_W, "height": _PLOT_H}
+        data |= {"x": axis(self.x), "y": axis(self.y)}
+        return json.dumps(data).replace("<", "\\u003c")
+
+    def _svg(self) -> tuple[str, list[tuple[str, str, int, int, str]]]:
+        """The SVG and what it thinned: (series, what, drawn, of, how)."""
+        left, right, top, plot_w, plot_h, gap = _LEFT, 230, 20, _PLOT_W, _PLOT_H, 80
         width = left + plot_w + right
         legends = [self._svg_legend_rows(p) for p in self.panels]
         # a panel whose legend is taller than its plot (many keys) takes the room it needs
@@ -701,46 +924,57 @@ class Timeline:
         x, y = self.x, self.y
 
         def sx(v: float) -> float:
-            return round(left + (v - x.low) / (x.high - x.low) * plot_w, 2)
+            return round(left + (v - x.low) / (x.high - x.low) * plot_w, 1)
 
+        clips = "".join(
+            f'<clipPath id="plot-clip-{i}"><rect x="{left}" y="{tops[i] + 24}" '
+            f'width="{plot_w}" height="{plot_h}"/></clipPath>'
+            for i in range(len(self.panels))
+        )
         parts = [
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+            f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width}" '
+            f'height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" '
+            f'font-size="11">',
             '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
             f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
-            f'fill="{_ADJUST}"/></marker></defs>',
+            f'fill="{_ADJUST}"/></marker>{clips}</defs>',
         ]
+        thinned: list[tuple[str, str, int, int, str]] = []
         for i, panel in enumerate(self.panels):
             y0 = tops[i] + 24
 
             def sy(v: float, y0: float = y0) -> float:
-                return round(y0 + plot_h - (v - y.low) / (y.high - y.low) * plot_h, 2)
+                return round(y0 + plot_h - (v - y.low) / (y.high - y.low) * plot_h, 1)
 
             parts.append(
-                f'<g class="panel" data-panel="{panel.kind}" data-name="{_esc(panel.name)}">'
+                f'<g class="panel" data-panel="{panel.kind}" data-name="{_esc(panel.name)}" '
+                f'data-top="{y0}">'
             )
             parts.append(
                 f'<text x="{left}" y="{y0 - 8}" font-size="13" font-weight="bold">'
                 f"{_esc(panel.title)}</text>"
             )
             parts.append(
-                f'<rect x="{left}" y="{y0}" width="{plot_w}" height="{plot_h}" fill="#fff" '
-                'stroke="#888"/>'
+                f'<rect class="frame" x="{left}" y="{y0}" width="{plot_w}" height="{plot_h}" '
+                'fill="#fff" stroke="#888"/>'
             )
+            ticks = []
             for v, label in x.ticks():
                 if x.low <= v <= x.high:
-                    parts.append(
+                    ticks.append(
                         f'<line x1="{sx(v)}" y1="{y0}" x2="{sx(v)}" y2="{y0 + plot_h}" '
                         f'stroke="#eee"/><text x="{sx(v)}" y="{y0 + plot_h + 14}" '
                         f'text-anchor="middle">{_esc(label)}</text>'
                     )
             for v, label in y.ticks():
                 if y.low <= v <= y.high:
-                    parts.append(
+                    ticks.append(
                         f'<line x1="{left}" y1="{sy(v)}" x2="{left + plot_w}" y2="{sy(v)}" '
                         f'stroke="#eee"/><text x="{left - 6}" y="{sy(v) + 4}" '
                         f'text-anchor="end">{_esc(label)}</text>'
                     )
+            parts.append(f'<g class="ticks">{"".join(ticks)}</g>')
+            parts.append(f'<g class="plot" clip-path="url(#plot-clip-{i})">')
             for cut in self.trace.cuts:
                 cx = sx(x.at(cut))
                 parts.append(
@@ -748,7 +982,27 @@ class Timeline:
                     f'x2="{cx}" y2="{y0 + plot_h}" stroke="#999" stroke-dasharray="2,3">'
                     f"<title>epoch cut at arrival {_esc(x.describe(cut))}</title></line>"
                 )
-            parts.extend(self._svg_panel(panel, sx, sy, y0, plot_h))
+            diagonal = self._diagonal()
+            if diagonal is not None:
+                lo, hi = diagonal
+                parts.append(
+                    f'<line class="diagonal" x1="{sx(lo)}" y1="{sy(lo)}" x2="{sx(hi)}" '
+                    f'y2="{sy(hi)}" stroke="#999" stroke-width="1" stroke-dasharray="1,3">'
+                    "<title>event time = arrival time: an event below this line arrived after "
+                    "its time, above it before</title></line>"
+                )
+            marks, notes = self._svg_panel(panel, sx, sy, y0, plot_h)
+            parts.extend(marks)
+            thinned.extend(notes)
+            parts.append("</g>")
+            shown = [n for n in notes if n[1] == "events"]
+            if shown:
+                _, _, n, m, _ = shown[0]
+                parts.append(
+                    f'<text class="thinned" x="{left + plot_w}" y="{y0 - 8}" '
+                    f'text-anchor="end" fill="{_DROP}">showing {n:,} of {m:,} events '
+                    "(a sample)</text>"
+                )
             parts.append(self._svg_legend(legends[i], left + plot_w + 14, y0 + 6))
             parts.append("</g>")
         last = tops[-1] + 24 + plot_h
@@ -757,24 +1011,33 @@ class Timeline:
             f"{_esc(x.title)}</text>"
         )
         parts.append("</svg>")
-        return "\n".join(parts)
+        return "\n".join(parts), thinned
 
-    def _svg_panel(self, panel: _Panel, sx, sy, y0: float, plot_h: float) -> list[str]:
+    def _svg_panel(
+        self, panel: _Panel, sx, sy, y0: float, plot_h: float
+    ) -> tuple[list[str], list[tuple[str, str, int, int, str]]]:
+        """A panel's marks, thinned to at most ``PAGE_EVENTS`` events and ``PAGE_CTIS`` CTI
+        dots per series (:func:`_thin`), and what was thinned."""
         x, y = self.x, self.y
         name = _esc(panel.name)
+        output = panel.kind == "output"
+        series = f"{'query' if output else 'input'} {panel.name}"
         out: list[str] = []
+        notes: list[tuple[str, str, int, int, str]] = []
 
         def attrs(m: _Mark) -> str:
             it = m.item
             a = (
-                f'data-input="{name}" data-kind="{_shape(it)}" '
+                f'data-{"series" if output else "input"}="{name}" data-kind="{_shape(it)}" '
                 f'data-arrival="{_val(it.arrival, "stop")}" data-time="{_val(it.time)}" '
-                f'data-partition="{it.partition}"'
             )
+            a += f'data-end="{_val(it.end)}"' if output else f'data-partition="{it.partition}"'
             if it.reason:
                 a += f' data-reason="{_esc(it.reason)}"'
             if it.adjusted is not None:
                 a += f' data-adjusted="{_val(it.adjusted)}"'
+            if it.key is not None:
+                a += f' data-key="{_esc(it.key)}"'
             return a
 
         def tip(m: _Mark) -> str:
@@ -787,6 +1050,11 @@ class Timeline:
                 s = f"{panel.name}: {what} with no event time"
             if it.edge == "END" or _shape(it) == "interval":
                 s += f", end {y.describe(it.end)}"
+            if output:
+                s = f"query {s}; emitted at arrival {x.describe(it.arrival)}"
+                if it.key is not None:
+                    s += f"; key {it.key}"
+                return f"<title>{_esc(s)}</title>"
             s += f"; arrival {x.describe(it.arrival)}, partition {it.partition}; {it.action}"
             if it.reason:
                 s += f" ({it.reason})"
@@ -794,19 +1062,34 @@ class Timeline:
                 s += f" to {'end' if it.edge == 'END' else 'start'} {y.describe(it.adjusted)}"
             if it.cti is not None:
                 s += f"; CTI in force {y.describe(it.cti)}"
+            if it.key is not None:
+                s += f"; key {it.key}"
             return f"<title>{_esc(s)}</title>"
 
         keys: list[str] = []  # drawn last: a keyed CTI's dot sits on its key's event
         for line in panel.lines:
             if line.key is not None:
-                keys.extend(self._svg_key_line(line, sx, sy))
+                drawn_keys = self._svg_key_line(line, sx, sy)
+                keys.extend(drawn_keys)
+                keyed = sum(1 for k in drawn_keys if k.startswith('<circle class="keyed-cti'))
+                if keyed < len(line.points):
+                    what = f"{'input' if line.role == INPUT_KEYED_CTI else 'operator'} {line.name}"
+                    notes.append(
+                        (
+                            f"{what}, key {line.key}",
+                            "keyed CTI dots",
+                            keyed,
+                            len(line.points),
+                            _THINNED_DOTS,
+                        )
+                    )
                 continue
             xs, ys = self._step(line)
             if not xs:
                 continue
             d = " ".join(
                 f"{'M' if i == 0 else 'L'}{sx(a)},{sy(b)}"
-                for i, (a, b) in enumerate(zip(xs, ys, strict=True))
+                for i, (a, b) in enumerate(_columns(xs, ys, sx))
             )
             cls = "cti-ref" if line.faint else f"cti-line {line.role}"
             style = ' stroke-dasharray="6,4"' if line.dash else ""
@@ -818,7 +1101,10 @@ class Timeline:
             )
             if line.faint:
                 continue
-            for px, py, c in line.points:
+            dots = _thin(line.points, PAGE_CTIS, lambda p: p[2].position, lambda p: False)
+            if len(dots) < len(line.points):
+                notes.append((line.label, "CTI dots", len(dots), len(line.points), _THINNED_HOW))
+            for px, py, c in dots:
                 out.append(
                     f'<circle class="cti {line.role}" data-series="{_esc(line.name)}" '
                     f'data-value="{_val(c.start)}" data-arrival="{_val(c.arrival, "stop")}" '
@@ -834,21 +1120,36 @@ class Timeline:
                 f'y2="{y0 + plot_h}" stroke="{panel.color}" stroke-dasharray="6,3"><title>end of '
                 f"input {name}, partition {m.item.partition}</title></line>"
             )
+        # the events: every dropped and adjusted one while they fit in half the cap, a sample
+        # of the others (an edge's two marks and its lifetime together)
+        events = [(m, "kept") for m in panel.kept] + [(m, "dropped") for m in panel.dropped]
+        events += [(m, "adjusted") for m in panel.adjusted]
+        drawn = _thin(events, PAGE_EVENTS, lambda e: _ident(e[0].item), lambda e: e[1] != "kept")
+        if len(drawn) < len(events):
+            notes.append((series, "events", len(drawn), len(events), _THINNED_HOW))
+        shown = {id(m) for m, _ in drawn}
+        starts = {id(m.item) for m, _ in drawn if m.item.edge == "START"}
+        out.extend(
+            self._svg_bar(b, sx, sy, panel, series) for b in panel.bars if id(b.start) in starts
+        )
+        cls = "event output" if output else "event kept"
         for m in panel.kept:
+            if id(m) not in shown:
+                continue
             px, py = sx(m.x), sy(m.y)
             shape = _shape(m.item)
             if shape == "interval":
                 body = (
-                    f'<line x1="{px}" y1="{py}" x2="{px}" y2="{sy(m.y2)}" stroke="{panel.color}" '
-                    f'stroke-opacity="0.35" stroke-width="3"/><circle cx="{px}" cy="{py}" r="3.5" '
-                    f'fill="{panel.color}"/>'
+                    f'<line class="lifetime interval" x1="{px}" y1="{py}" x2="{px}" '
+                    f'y2="{sy(m.y2)}" stroke="{panel.color}" stroke-opacity="0.35" '
+                    f'stroke-width="3"/><circle cx="{px}" cy="{py}" r="3.5" fill="{panel.color}"/>'
                 )
             elif shape == "point":
                 body = f'<circle cx="{px}" cy="{py}" r="3.5" fill="{panel.color}"/>'
             else:
                 tri = "M-4,3 L4,3 L0,-5 z" if shape == "start" else "M-4,-3 L4,-3 L0,5 z"
                 body = f'<path transform="translate({px},{py})" d="{tri}" fill="{panel.color}"/>'
-            out.append(f'<g class="event kept" {attrs(m)}>{tip(m)}{body}</g>')
+            out.append(f'<g class="{cls}" {attrs(m)}>{tip(m)}{body}</g>')
         for m in panel.explicit:
             px, py = sx(m.x), sy(m.y)
             ignored = m.item.action == "ignored"
@@ -863,12 +1164,16 @@ class Timeline:
                 f"{' (ignored: not above the CTI in force)' if ignored else ''}</title></path>"
             )
         for m in panel.dropped:
+            if id(m) not in shown:
+                continue
             px, py = sx(m.x), sy(m.y)
             out.append(
                 f'<g class="event dropped" {attrs(m)}>{tip(m)}'
                 f"{_svg_mark(_marker(m.item), px, py, _DROP)}</g>"
             )
         for m in panel.adjusted:
+            if id(m) not in shown:
+                continue
             px, py, py2 = sx(m.x), sy(m.y), sy(m.y2)
             marker = _marker(m.item)
             out.append(
@@ -877,7 +1182,46 @@ class Timeline:
                 f'marker-end="url(#arrow)"/>{_svg_mark(marker, px, py, _ADJUST, filled=False)}'
                 f"{_svg_mark(marker, px, py2, _ADJUST)}</g>"
             )
-        return out + keys
+        return out + keys, notes
+
+    def _svg_bar(self, bar: _Bar, sx, sy, panel: _Panel, series: str) -> str:
+        """An edge's lifetime (``lifetime edge``; ``open`` when never closed: a bar to the right
+        edge ending in a hollow marker), with its start, end and the arrivals of its edges."""
+        x, y = self.x, self.y
+        it = bar.start
+        start = it.adjusted if it.adjusted is not None else it.start
+        a = (
+            f'data-series="{_esc(series)}" data-start="{_val(start)}" '
+            f'data-arrival="{_val(it.arrival, "stop")}"'
+        )
+        if it.key is not None:
+            a += f' data-key="{_esc(it.key)}"'
+        x0, y0 = sx(bar.x0), sy(bar.y0)
+        style = f'fill="none" stroke="{panel.color}" stroke-opacity="0.45" stroke-width="3"'
+        if bar.end is None:
+            right = sx(x.high)
+            tip = (
+                f"{series}: edge from {y.describe(start)}, START edge at arrival "
+                f"{x.describe(it.arrival)}; never closed (no END edge by the end of the run)"
+            )
+            return (
+                f'<g class="lifetime edge open" {a}><title>{_esc(tip)}</title>'
+                f'<path class="open" d="M{x0},{y0} L{right},{y0}" {style}/>'
+                f'<path class="open-end" transform="translate({right - 5},{y0})" '
+                f'd="M-5,-5 L5,0 L-5,5 z" fill="#fff" stroke="{panel.color}" '
+                'stroke-width="1.5"/></g>'
+            )
+        e = bar.end
+        end = e.adjusted if e.adjusted is not None else e.end
+        tip = (
+            f"{series}: edge [{y.describe(start)}, {y.describe(end)}), START edge at arrival "
+            f"{x.describe(it.arrival)}, END edge at arrival {x.describe(e.arrival)}"
+        )
+        return (
+            f'<path class="lifetime edge" {a} data-end="{_val(end)}" '
+            f'data-closed-at="{_val(e.arrival, "stop")}" d="M{x0},{y0} L{sx(bar.x1)},{y0} '
+            f'L{sx(bar.x1)},{sy(bar.y1)}" {style}><title>{_esc(tip)}</title></path>'
+        )
 
     def _svg_key_line(self, line: _Line, sx, sy) -> list[str]:
         """A key's CTI line (``key-cti-line``, ``data-steps``: ``arrival:CTI`` where the key's
@@ -901,7 +1245,8 @@ class Timeline:
                 f'stroke="{line.color}" stroke-width="{line.width}"><title>'
                 f"{_esc(f'{what}, key {line.key}: CTI {said}')}</title></path>"
             )
-        for (px, py, c), v in zip(line.points, line.values, strict=True):
+        dots = list(zip(line.points, line.values, strict=True))
+        for (px, py, c), v in _thin(dots, PAGE_CTIS, lambda d: d[0][2].position, lambda d: False):
             tip = (
                 f"{what}, key {line.key}: keyed CTI {y.describe(c.start)} at arrival "
                 f"{x.describe(c.arrival)}; the key's CTI {y.describe(v)}"
@@ -981,8 +1326,21 @@ class Timeline:
                     )
                 )
         else:
+            if panel.kept:
+                rows.append((f'<circle cx="9" cy="0" r="3.5" fill="{_OUTPUT}"/>', "output event"))
             rows.append(
                 ('<line x1="0" y1="0" x2="18" y2="0" stroke="#999" stroke-width="1"/>', "inputs")
+            )
+        bar = f'stroke="{panel.color}" stroke-opacity="0.45" stroke-width="3" fill="none"'
+        if any(b.end is not None for b in panel.bars):
+            rows.append((f'<path d="M0,4 L14,4 L14,-5" {bar}/>', "edge lifetime"))
+        if any(b.end is None for b in panel.bars):
+            rows.append(
+                (
+                    f'<path d="M0,0 L14,0" {bar}/><path d="M12,-4 L18,0 L12,4 z" fill="#fff" '
+                    f'stroke="{panel.color}"/>',
+                    "edge never closed",
+                )
             )
         return rows
 
@@ -1027,6 +1385,11 @@ class Timeline:
         )
 
 
+#: The page's script: zoom and pan (every panel shares the view, as the axes are shared), the
+#: ticks and the visible range drawn anew for the view, and the key filter. It moves the marks
+#: drawn for the first view (their pixel places), so the page without it is the same picture.
+_SCRIPT = (Path(__file__).parent / "timeline.js").read_text(encoding="utf-8")
+
 _CSS = (
     "body{font-family:sans-serif;margin:16px;color:#222}"
     "h1{font-size:18px}.axes{color:#555}.sampled{color:#d62728;font-weight:bold}"
@@ -1035,7 +1398,57 @@ _CSS = (
     "table.summary{border-collapse:collapse;margin-top:12px}"
     "table.summary td,table.summary th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
     "table.summary td:first-child{text-align:left}"
+    ".controls{margin:6px 0}.controls button{margin-right:3px}#view-range{color:#555}"
+    "p.thinned{color:#d62728}svg.timeline{user-select:none;cursor:grab}"
 )
+
+
+def _ident(item: TraceItem) -> tuple:
+    """What the page's sample hashes for an item: an edge's ``match`` (both its edges go
+    together), else its position."""
+    return (
+        ("edge", item.match)
+        if item.edge is not None and item.match is not None
+        else (item.position)
+    )
+
+
+def _thin(marks: list, cap: int, ident: Callable[[Any], Any], first: Callable[[Any], bool]) -> list:
+    """At most ``cap`` of ``marks``, in their order: every mark ``first`` picks (dropped and
+    adjusted events) while they are at most half the cap, and of the others (of all, if not)
+    those whose hash of ``ident`` is a multiple of ``2**level``, the smallest level that fits.
+    The hash (CRC-32 of the repr) is the same on every render of the same trace."""
+    if len(marks) <= cap:
+        return marks
+    picked = [m for m in marks if first(m)]
+    sure = picked if len(picked) <= cap // 2 else []
+    rest = [m for m in marks if not (sure and first(m))]
+    room = cap - len(sure)
+    hashes = {id(m): zlib.crc32(repr(ident(m)).encode()) for m in rest}
+    level = max(0, math.ceil(math.log2(len(rest) / max(room, 1))))
+    while True:
+        kept = {id(m) for m in rest if hashes[id(m)] % (1 << level) == 0}
+        if len(kept) <= room:
+            break
+        level += 1
+    keep = kept | {id(m) for m in sure}
+    return [m for m in marks if id(m) in keep]
+
+
+def _columns(xs: list[float], ys: list[float], sx: Callable[[float], float]) -> list:
+    """A step line's vertices with at most the first and last of each 2 px column of the page
+    (what the eye sees at the page's first zoom; a long CTI series stays small)."""
+    if len(xs) <= 2 * _PLOT_W:
+        return list(zip(xs, ys, strict=True))
+    groups: list[list[tuple[float, float]]] = []
+    last = None
+    for a, b in zip(xs, ys, strict=True):
+        column = int(sx(a) // 2)
+        if column != last:
+            groups.append([])
+            last = column
+        groups[-1].append((a, b))
+    return [p for g in groups for p in (g if len(g) <= 2 else (g[0], g[-1]))]
 
 
 def _short(key: Any, n: int = 10) -> str:

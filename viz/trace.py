@@ -26,20 +26,29 @@ What is recorded (:class:`TraceItem`), per *series*:
 * ``operator-cti``, per stateful operator (labelled ``"<n>:<kind>"`` as in
   ``query.operator_metrics()``): every CTI it emitted;
 * ``output-cti``: the query's output CTIs;
+* ``output-event``: the query's output events (before egress turns them into the consumer's
+  shape), each at the arrival position the root operator emitted it at, with its start, end
+  and edge, and its substream key (``key``) when the output has substreams;
 * ``input-keyed-cti`` and ``operator-keyed-cti``, per input and per stateful operator of a
   stream with substreams: every keyed CTI it emitted, with its key (``key``, as a string). A
   key's CTI is the larger of the stream's latest CTI and its latest keyed CTI
   (docs/decisions.md, "Per-key CTIs"); the timeline draws it per key.
 
+The items of an input with substreams (``over=``) carry their key too (``key``), and every
+edge (an input's or the output's) a ``match``: a hash of what pairs an END edge with its START
+edge (the input's partition, the original start and the payload; the output's start and
+payload), so the timeline draws an edge's lifetime from its START edge to its END edge.
+
 A CTI's arrival is the arrival stamp of the position it sits at; the CTI that flushes an input
 when a bounded run stops has no arrival (``MAX_TIME``, drawn as "stop").
 
 **Cap.** Each series keeps at most ``cap`` items. Beyond that it keeps a deterministic sample:
-the items whose hash (of series, arrival position and key) is a multiple of ``2**level``,
-raising the level as the series grows. The hash does not depend on how the run is cut into
-epochs, the level is chosen in Spark from the epoch's count before anything is collected, so the
-driver never receives much more than ``cap`` items per series per epoch. :meth:`Trace.sampled`
-says which series were sampled, and the timeline says so on the picture.
+the items whose hash (of series, arrival position and key; of an edge, its ``match`` instead of
+its position, so both edges of an event are kept or left out together) is a multiple of
+``2**level``, raising the level as the series grows. The hash does not depend on how the run
+is cut into epochs, the level is chosen in Spark from the epoch's count before anything is
+collected, so the driver never receives much more than ``cap`` items per series per epoch.
+:meth:`Trace.sampled` says which series were sampled, and the timeline says so on the picture.
 """
 
 from __future__ import annotations
@@ -51,9 +60,10 @@ from typing import TYPE_CHECKING, Any
 
 from ctistream.engine.observer import RunObserver
 from ctistream.engine.plan import walk
-from ctistream.engine.rows import CTI, EDGE, END, KEY, KIND, POS, START, Flow
-from pyspark.sql import DataFrame, Window
+from ctistream.engine.rows import CTI, EDGE, END, KEY, KIND, POS, START, Flow, payload_columns
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, MapType, StructType
 
 if TYPE_CHECKING:
     from ctistream.engine.ingress import InputSpec
@@ -67,12 +77,14 @@ __all__ = [
     "OPERATOR_CTI",
     "OPERATOR_KEYED_CTI",
     "OUTPUT_CTI",
+    "OUTPUT_EVENT",
     "Trace",
     "TraceItem",
 ]
 
 #: Series roles.
 ITEM, INPUT_CTI, OPERATOR_CTI, OUTPUT_CTI = "item", "input-cti", "operator-cti", "output-cti"
+OUTPUT_EVENT = "output-event"
 INPUT_KEYED_CTI, OPERATOR_KEYED_CTI = "input-keyed-cti", "operator-keyed-cti"
 
 _HASH_SPACE = 1 << 40
@@ -87,7 +99,8 @@ class TraceItem:
     ``position`` the full arrival position ``(arrival, input, offset, partition, sub)``;
     ``kind`` ``INSERT``, ``CTI`` or ``EOI`` (end of input); ``edge`` None, ``START`` or ``END``;
     ``cti`` (items of an input) the CTI in force in the item's partition when it arrived;
-    ``key`` (keyed CTIs) the substream key value, as a string.
+    ``key`` (keyed CTIs, and events of a stream with substreams) the substream key value, as
+    a string; ``match`` (edges) the hash that pairs an END edge with its START edge.
     """
 
     role: str
@@ -102,6 +115,7 @@ class TraceItem:
     adjusted: int | None = None
     cti: int | None = None
     key: str | None = None
+    match: int | None = None
 
     @property
     def arrival(self) -> int:
@@ -135,6 +149,27 @@ class _Series:
             if len(self.rows) <= cap:
                 return
             self.level += 1
+
+
+def _key_of(column: str | None) -> Column:
+    """The substream key of an event (``column``'s value as a string), or null."""
+    key = F.col(column) if column is not None else F.lit(None)
+    return key.cast("string").alias("key")
+
+
+def _match(df: DataFrame, ident: list[str], payload: list[str]) -> Column:
+    """An edge's pairing hash (null for other events): ``ident`` and the payload columns that
+    hash (a map, or a struct or array holding one, cannot; pairs then match on the rest)."""
+
+    def hashable(t: Any) -> bool:
+        if isinstance(t, MapType):
+            return False
+        if isinstance(t, StructType):
+            return all(hashable(f.dataType) for f in t.fields)
+        return hashable(t.elementType) if isinstance(t, ArrayType) else True
+
+    cols = ident + [p for p in payload if hashable(df.schema[p].dataType)]
+    return F.when(F.col(EDGE).isNotNull(), F.xxhash64(*cols)).cast("long").alias("match")
 
 
 def _level(have: int, count: int, cap: int) -> int:
@@ -204,6 +239,7 @@ class Trace(RunObserver):
                 F.lit("dropped").alias("action"),
                 reason.alias("reason"),
                 F.lit(None).cast("long").alias("adjusted"),
+                c("key").cast("string").alias("key"),
             ),
         )
         self._moved[spec.name] = decisions.filter(action.startswith("adjust:")).select(
@@ -261,19 +297,26 @@ class Trace(RunObserver):
                 reason.alias("reason"),
                 new.alias("adjusted"),
                 c("__cb").alias("cti"),
+                _key_of(spec.ordering.over if spec.ordering is not None else None),
+                _match(rows, ["__p", START], spec.payload),
             ),
         )
         self._add_ctis(INPUT_CTI, spec.name, ctis)
 
     def add_input_items(self, name: str, items: DataFrame) -> None:
         """Record items of input ``name``: ``__pos``, ``__kind``, ``__edge``, ``__start``,
-        ``__end``, ``action``, ``reason``, ``adjusted`` and optionally ``cti``. For stages of an
-        input's pipeline that drop or move events with their own reasons."""
-        if "cti" not in items.columns:
-            items = items.withColumn("cti", F.lit(None).cast("long"))
+        ``__end``, ``action``, ``reason``, ``adjusted`` and optionally ``cti``, ``key`` (the
+        substream key) and ``match`` (an edge's pairing hash). For stages of an input's
+        pipeline that drop or move events with their own reasons."""
+        self._add_items(ITEM, name, items)
+
+    def _add_items(self, role: str, name: str, items: DataFrame) -> None:
+        for col, typ in (("cti", "long"), ("key", "string"), ("match", "long")):
+            if col not in items.columns:
+                items = items.withColumn(col, F.lit(None).cast(typ))
         self._pending.append(
             items.select(
-                F.lit(ITEM).alias("role"),
+                F.lit(role).alias("role"),
                 F.lit(name).alias("name"),
                 POS,
                 F.col(KIND).alias("kind"),
@@ -284,7 +327,8 @@ class Trace(RunObserver):
                 F.col("reason").cast("string"),
                 F.col("adjusted").cast("long"),
                 F.col("cti").cast("long"),
-                F.lit(None).cast("string").alias("key"),
+                F.col("key").cast("string"),
+                F.col("match").cast("long"),
             )
         )
 
@@ -303,9 +347,26 @@ class Trace(RunObserver):
             self._add_ctis(OPERATOR_KEYED_CTI, label, flow.keyed)
 
     def end_epoch(self, root: Flow) -> None:
-        """The epoch succeeded: record the query's output CTIs and collect everything recorded
-        in this epoch (one Spark job), sampled to the cap."""
+        """The epoch succeeded: record the query's output events and CTIs and collect everything
+        recorded in this epoch (one Spark job), sampled to the cap."""
         self._add_ctis(OUTPUT_CTI, self.query, root.ctis)
+        ev = root.events
+        self._add_items(
+            OUTPUT_EVENT,
+            self.query,
+            ev.filter(F.col(KIND) == "INSERT").select(
+                POS,
+                KIND,
+                EDGE,
+                START,
+                END,
+                F.lit("kept").alias("action"),
+                F.lit(None).cast("string").alias("reason"),
+                F.lit(None).cast("long").alias("adjusted"),
+                _key_of(root.key if root.keyed is not None and root.key in ev.columns else None),
+                _match(ev, [START], payload_columns(ev)),
+            ),
+        )
         pending, self._pending = self._pending, []
         df = pending[0]
         for p in pending[1:]:
@@ -323,9 +384,15 @@ class Trace(RunObserver):
             seen, level = F.lit(0), F.lit(0)
         needed = F.ceil(F.log2((seen + F.col("__cnt")) / F.lit(self.cap))).cast("int")
         df = df.withColumn("__lvl", F.greatest(level, needed, F.lit(0))).withColumn(
-            # a null key adds nothing to the hash: CTIs and items hash as (role, name, position)
+            # a null key adds nothing to the hash: CTIs and items hash as (role, name, position);
+            # an edge by its match instead of its position, so both its edges go together
             "__h",
-            F.pmod(F.xxhash64("role", "name", POS, "key"), F.lit(_HASH_SPACE)),
+            F.pmod(
+                F.xxhash64(
+                    "role", "name", F.when(F.col("match").isNull(), F.col(POS)), "key", "match"
+                ),
+                F.lit(_HASH_SPACE),
+            ),
         )
         sample = df.filter(F.pmod(F.col("__h"), F.expr("shiftleft(1L, __lvl)")) == 0).drop(
             "__key", "__cnt"
@@ -351,6 +418,7 @@ class Trace(RunObserver):
                 F.lit(None).cast("long").alias("adjusted"),
                 F.lit(None).cast("long").alias("cti"),
                 key.cast("string").alias("key"),
+                F.lit(None).cast("long").alias("match"),
             )
         )
 
@@ -377,6 +445,7 @@ class Trace(RunObserver):
                 r["adjusted"],
                 r["cti"],
                 r["key"],
+                r["match"],
             )
             new.setdefault(k, []).append((r["__h"], item))
         for k, n in counts.items():
@@ -419,6 +488,10 @@ class Trace(RunObserver):
     def operator_keyed_ctis(self, label: str) -> list[TraceItem]:
         """The keyed CTIs operator ``label`` emitted (each with its ``key``), in order."""
         return self._get(OPERATOR_KEYED_CTI, label)
+
+    def output_events(self) -> list[TraceItem]:
+        """The query's output events, in the order of the positions they were emitted at."""
+        return self._get(OUTPUT_EVENT, self.query)
 
     def output_ctis(self) -> list[TraceItem]:
         """The query's output CTIs, in order."""
