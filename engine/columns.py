@@ -16,12 +16,14 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from ctistream.engine._spark import engine_work
+from ctistream.engine.diagnostics import diagnostic_schema
 from ctistream.engine.errors import QueryBuildError, spark_message, unknown_column
 from ctistream.engine.operators.join import output_columns
 from ctistream.engine.plan import (
     AntiJoinNode,
     ClipNode,
     CountWindowNode,
+    DiagnosticsNode,
     GroupApplyNode,
     GroupNode,
     InputNode,
@@ -155,6 +157,8 @@ def _payload(
         return StructType(
             [StructField(n, f.dataType, f.nullable) for n, f in zip(names, fields, strict=True)]
         )
+    if isinstance(node, DiagnosticsNode):  # engine.diagnostics
+        return diagnostic_schema(out[id(node.child)])
     if isinstance(node, UnionNode):
         schemas_in = [out[id(c)] for c in node.inputs]
         first = schemas_in[0].fieldNames()

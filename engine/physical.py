@@ -34,12 +34,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ctistream.engine.binding import Binding, BoundInput
+from ctistream.engine.diagnostics import check_diagnostics
 from ctistream.engine.ingress import InputSpec, driver_compares
 from ctistream.engine.operators.window import PushedWindow, WindowSpec, push_window
 from ctistream.engine.plan import (
     AntiJoinNode,
     ClipNode,
     CountWindowNode,
+    DiagnosticsNode,
     GroupApplyNode,
     GroupNode,
     InputNode,
@@ -239,6 +241,13 @@ class GroupApplyStep(Step):
     node: GroupApplyNode
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class DiagnosticsStep(Step):
+    """``input.diagnostics()``: the input's diagnostic rows and CTIs (engine.diagnostics)."""
+
+    node: DiagnosticsNode
+
+
 @dataclass(frozen=True, eq=False)
 class PhysicalPlan:
     """How a query runs: ``scans`` in import order (an input after the one it imports CTIs from),
@@ -287,6 +296,9 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
     for node in walk(root):
         if isinstance(node, InputNode):
             continue
+        if isinstance(node, DiagnosticsNode):
+            spec = by_node[id(node.child)].spec
+            check_diagnostics(spec.name, spec.payload, spec.versions is not None)
         checkpoint = _checkpointed(node, root, traced)
         if isinstance(node, WindowNode):
             steps.append(WindowStep(node=node, spec=_window_spec(node), checkpoint=checkpoint))
@@ -331,6 +343,7 @@ _STEPS: dict[type[Node], type[Step]] = {
     GroupNode: GroupStep,
     GroupApplyNode: GroupApplyStep,
     WindowRowsNode: WindowRowsStep,
+    DiagnosticsNode: DiagnosticsStep,
 }
 
 
