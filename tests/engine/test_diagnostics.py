@@ -41,7 +41,7 @@ from ctistream.engine import (
 )
 from pyspark.sql import functions as F
 
-from tests.reference import Binding, Diagnostics, run_reference
+from tests.reference import Binding, Diagnostics, Input, Join, Select, Union, run_reference
 
 _names = itertools.count()
 BASE = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -239,9 +239,9 @@ def test_each_dropped_or_adjusted_item_is_one_point_at_the_cti_in_force(app, cas
         script, [Binding("in", settings, columns, ordering)], Diagnostics("in"), EventShape.POINT
     )
     assert reference.output == expected
-    for epochs in (1, 3):
-        got, metrics = _collect(app, stream.diagnostics(), epochs)
-        assert got == expected, f"epochs={epochs}"
+    # cut in three (one epoch: the tests below); the cut carries §3's and §7's state
+    got, metrics = _collect(app, stream.diagnostics(), epochs=3)
+    assert got == expected
     # counting the diagnostics gives the metrics' numbers, reason by reason
     counts = Counter((e.payload["action"], e.payload["reason"]) for e in got if not e.is_cti)
     m = metrics["in"]
@@ -253,3 +253,182 @@ def test_each_dropped_or_adjusted_item_is_one_point_at_the_cti_in_force(app, cas
     assert {r: n for r, n in adjusted.items() if n} == {
         r: n for (a, r), n in counts.items() if a == "adjusted"
     }
+
+
+# -- like any stream: joined, unioned, windowed --------------------------------------------------
+def test_the_diagnostics_join_and_union_with_the_data_stream_like_any_stream(app):
+    script, shape, settings, _, schema, _ = cti_violation_adjust()
+    columns = ("v",)
+    binding = [Binding("in", settings, columns)]
+
+    def both(build, reference_plan, epochs):
+        expected = run_reference(script, binding, reference_plan, EventShape.INTERVAL).output
+        data = _input(script, shape, settings, schema=schema)
+        name = f"diag{next(_names)}"
+        query = build(data).to_query(
+            app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.INTERVAL
+        )
+        try:
+            query.run(epochs=epochs)
+            assert MemoryOutputFactory.collected(name) == expected
+        finally:
+            app.queries.pop(name, None)
+        return expected
+
+    # join on v: the adjusted interval v=3, [20, 30) after ingress, meets its own diagnostic,
+    # the point [20, 21): one pair, the intersection [20, 21), the data's v as right_v; the
+    # dropped v=2 never reached the data stream, so its diagnostic meets nothing
+    joined = both(
+        lambda d: d.diagnostics().select("action", "v").join(d, on="v"),
+        Join(
+            Select(Diagnostics("in"), lambda p: {"action": p["action"], "v": p["v"]}),
+            Input("in"),
+            ("v",),
+        ),
+        epochs=2,
+    )
+    pairs = [e for e in joined if not e.is_cti]
+    assert pairs == [interval(20, 21, {"action": "adjusted", "v": 3, "right_v": 3})]
+
+    # union: the data events and the diagnostics, as (v, what) rows
+    def union(d):
+        kept = d.select("v", F.lit("kept").alias("what"))
+        return kept.union(d.diagnostics().select("v", F.col("action").alias("what")))
+
+    plan = Union(
+        (
+            Select(Input("in"), lambda p: {"v": p["v"], "what": "kept"}),
+            Select(Diagnostics("in"), lambda p: {"v": p["v"], "what": p["action"]}),
+        )
+    )
+    merged = both(union, plan, epochs=1)
+    # kept: point 10 (v=1) and [20, 30) (v=3); diagnostics at 20: v=3 adjusted, v=2 dropped
+    assert [e for e in merged if not e.is_cti] == [
+        interval(10, 11, {"v": 1, "what": "kept"}),
+        interval(20, 21, {"v": 2, "what": "dropped"}),
+        interval(20, 21, {"v": 3, "what": "adjusted"}),
+        interval(20, 30, {"v": 3, "what": "kept"}),
+    ]
+
+
+def test_a_window_counts_the_diagnostics_by_reason_as_the_metrics_do(app):
+    # the late case: one event moved by two rules; a tumbling hour over the diagnostics at 28 s
+    # holds both: late 1, out-of-order 1, as adjusted_by_reason says
+    script, shape, _, ordering, schema, _ = late()
+    stream = _input(script, shape, None, ordering, schema)
+    counted = stream.diagnostics().tumbling_window("1 hour").group_by("reason")
+    got, metrics = _collect(app, counted.aggregate(n=F.count("*")), epochs=1)
+    counts = {e.payload["reason"]: e.payload["n"] for e in got if not e.is_cti}
+    assert counts == {"late": 1, "out-of-order": 1}
+    assert {r: n for r, n in metrics["in"]["adjusted_by_reason"].items() if n} == counts
+
+
+# -- bound to real outputs ---------------------------------------------------------------------
+def test_the_diagnostics_go_to_a_json_lines_file(app, tmp_path):
+    script, shape, settings, _, schema, _ = cti_violation_drop()
+    out = tmp_path / "late.jsonl"
+    diagnostics = _input(script, shape, settings, schema=schema).diagnostics()
+    diagnostics.to_query(
+        app,
+        f"diag{next(_names)}",
+        FileOutputFactory(),
+        FileOutputConfig(path=str(out)),
+        EventShape.POINT,
+    ).run()
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    # the CTIs 10 and 20, the dropped point 5 (at the CTI 20), the flush
+    events = [r for r in rows if r["kind"] == "INSERT"]
+    assert [r["kind"] for r in rows] == ["CTI", "CTI", "INSERT", "CTI"]
+    assert len(events) == 1
+    assert {k: events[0][k] for k in ("action", "reason", "original_start", "offset", "v")} == {
+        "action": "dropped",
+        "reason": "cti-violation",
+        "original_start": 5,
+        "offset": 2,
+        "v": 2,
+    }
+
+
+def test_the_diagnostics_go_to_a_kafka_topic(app, kafka_broker):
+    from tests.adapters.test_kafka import raw_records
+
+    script, shape, _, ordering, schema, expected = out_of_order()
+    topic = kafka_broker.create_topic()
+    diagnostics = _input(script, shape, None, ordering, schema).diagnostics()
+    config = KafkaOutputConfig(bootstrap_servers=kafka_broker.bootstrap, topic=topic)
+    diagnostics.to_query(
+        app, f"diag{next(_names)}", KafkaOutputFactory(), config, EventShape.POINT
+    ).run()
+    values = [json.loads(r.value) for r in raw_records(kafka_broker.bootstrap, topic)]
+    events = [v for v in values if v.get("action") is not None]
+    # one record per diagnostic: the event at 7 s dropped out of order (expected[1])
+    assert len(events) == 1
+    assert {k: events[0][k] for k in ("action", "reason", "original_start", "v")} == {
+        k: expected[1].payload[k] for k in ("action", "reason", "original_start", "v")
+    }
+
+
+# -- restart -----------------------------------------------------------------------------------
+def test_each_diagnostic_is_delivered_once_across_a_restart_on_the_checkpoint(app, tmp_path):
+    from ctistream.adapters.files import FileInputConfig, FileInputFactory
+
+    from tests.adapters.test_files_query import iso, write_jsonl
+
+    source, out, ckpt = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "ckpt"
+    first = [{"ts": iso(1), "v": 1}, {"ts": iso(3), "v": 3}, {"ts": iso(2), "v": 2}]
+    write_jsonl(source, first)
+
+    def query():
+        stream = Stream.create(
+            "in",
+            FileInputFactory(),
+            FileInputConfig(path=str(source), time_column="ts", schema="v int"),
+            EventShape.POINT,
+            AdvanceTimeSettings(
+                generation=AdvanceTimeGenerationSettings(1, timedelta(0)),
+                policy=AdvanceTimePolicy.DROP,
+            ),
+        )
+        return stream.diagnostics().to_query(
+            app,
+            f"diag{next(_names)}",
+            FileOutputFactory(),
+            FileOutputConfig(path=str(out)),
+            EventShape.POINT,
+        )
+
+    # CTIs at 1 s and 3 s; the point at 2 s breaks 3 s: dropped (offset 2), its diagnostic at
+    # 3 s waits for a CTI above 3 s
+    q = query()
+    q.start(trigger=None, checkpoint=ckpt)
+    q.step()
+    q.stop(flush=False)
+    # started again on the checkpoint, with more rows: the CTI at 4 s releases the first
+    # diagnostic; 0.5 s breaks 4 s (offset 4), released by the CTI at 5 s; each once
+    more = [{"ts": iso(4), "v": 4}, {"ts": iso(0.5), "v": 0}, {"ts": iso(5), "v": 5}]
+    write_jsonl(source, [*first, *more])
+    again = query()
+    again.start(trigger=None, checkpoint=ckpt)
+    again.step()
+    again.stop(flush=False)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    events = [(r["v"], r["offset"], r["start"]) for r in rows if r["kind"] == "INSERT"]
+    assert events == [(2, 2, iso(3)), (0, 4, iso(4))]
+
+
+# -- refused where it has no meaning -------------------------------------------------------------
+def test_diagnostics_of_a_derived_stream_is_refused_with_the_fix(app):
+    script, shape, settings, _, schema, _ = cti_violation_drop()
+    data = _input(script, shape, settings, schema=schema)
+    with pytest.raises(QueryBuildError) as error:
+        data.where(F.col("v") > 1).diagnostics()
+    message = str(error.value)
+    assert "expected an input stream" in message and "'in'" in message and "Fix:" in message
+
+
+def test_explain_shows_the_diagnostics_over_its_input(app):
+    script, shape, settings, _, schema, _ = cti_violation_drop()
+    lines = _input(script, shape, settings, schema=schema).diagnostics().explain().splitlines()
+    assert lines[0].startswith("diagnostics of input 'in'")
+    assert "CTI: the input's CTI (§8)" in lines[0]
+    assert lines[1].startswith("  input 'in' (POINT)")

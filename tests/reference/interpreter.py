@@ -691,7 +691,12 @@ class _Ingress:
         action = "dropped" if new_start is None and new_end is None else "adjusted"
         where = (self.name, part.name, item.offset)
         made = diagnostic(
-            c, action, "cti-violation", (event.start, event.end), (new_start, new_end), where,
+            c,
+            action,
+            "cti-violation",
+            (event.start, event.end),
+            (new_start, new_end),
+            where,
             payload,
         )
         self.diagnostics.append(_Row(pos, made))
