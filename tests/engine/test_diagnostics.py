@@ -414,6 +414,8 @@ def test_each_diagnostic_is_delivered_once_across_a_restart_on_the_checkpoint(ap
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     events = [(r["v"], r["offset"], r["start"]) for r in rows if r["kind"] == "INSERT"]
     assert events == [(2, 2, iso(3)), (0, 4, iso(4))]
+    # a file is a partition, named by its absolute path; the offset is the record's index
+    assert {r["partition"] for r in rows if r["kind"] == "INSERT"} == {str(source.resolve())}
 
 
 # -- refused where it has no meaning -------------------------------------------------------------
