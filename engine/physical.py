@@ -65,6 +65,7 @@ __all__ = [
     "AntiJoinStep",
     "ClipStep",
     "CountWindowStep",
+    "DiagnosticsStep",
     "GroupApplyStep",
     "GroupStep",
     "InputScan",

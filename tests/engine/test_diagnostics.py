@@ -36,6 +36,8 @@ from ctistream.engine import (
     OrderingAction,
     QueryBuildError,
     cti,
+    edge_end,
+    edge_start,
     interval,
     point,
 )
@@ -168,6 +170,29 @@ def cti_violation_adjust():
     return s, EventShape.INTERVAL, gen(AdvanceTimePolicy.ADJUST), None, "v int", expected
 
 
+def edges():
+    # DROP, a CTI at each START edge's start. START 10 (v=1) -> CTI 10; cti(20); START 5 (v=2)
+    # breaks 20: dropped; its END edge (5, 30) goes with it: dropped too; the END edge (10, 15)
+    # of the open v=1 breaks 20 but is never dropped: it closes its edge at 20 (new_end 20).
+    # All three at 20: adjusted first, then the drops by original end (30 < +inf).
+    s = EventScript()
+    s.insert("in", edge_start(10, {"v": 1}))
+    s.cti("in", 20)
+    s.insert("in", edge_start(5, {"v": 2}))
+    s.insert("in", edge_end(5, 30, {"v": 2}))
+    s.insert("in", edge_end(10, 15, {"v": 1}))
+    s.end("in")
+    expected = [
+        cti(10),
+        cti(20),
+        diag(20, "adjusted", "cti-violation", (10, 15), (None, 20), offset=4, v=1),
+        diag(20, "dropped", "cti-violation", (5, 30), offset=3, v=2),
+        diag(20, "dropped", "cti-violation", (5, MAX_TIME), offset=2, v=2),
+        cti(MAX_TIME),
+    ]
+    return s, EventShape.EDGE, gen(AdvanceTimePolicy.DROP), None, "v int", expected
+
+
 def early():
     # e0: t 10 s arriving at 10 s: kept; watermark 10 - 2 = 8 s, the CTI. e1: t 100 s arriving
     # at 11 s is 89 s ahead (> 60 s): dropped as early, at the CTI in force, 8 s.
@@ -238,7 +263,7 @@ def per_key():
     return s, EventShape.POINT, None, ordering, "k int, t timestamp", expected
 
 
-CASES = [cti_violation_drop, cti_violation_adjust, early, late, out_of_order, per_key]
+CASES = [cti_violation_drop, cti_violation_adjust, edges, early, late, out_of_order, per_key]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__)
