@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ctistream.engine.binding import Binding, BoundInput
-from ctistream.engine.diagnostics import check_diagnostics
 from ctistream.engine.ingress import InputSpec, driver_compares
 from ctistream.engine.operators.window import PushedWindow, WindowSpec, push_window
 from ctistream.engine.plan import (
@@ -297,9 +296,6 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
     for node in walk(root):
         if isinstance(node, InputNode):
             continue
-        if isinstance(node, DiagnosticsNode):
-            spec = by_node[id(node.child)].spec
-            check_diagnostics(spec.name, spec.payload, spec.versions is not None)
         checkpoint = _checkpointed(node, root, traced)
         if isinstance(node, WindowNode):
             steps.append(WindowStep(node=node, spec=_window_spec(node), checkpoint=checkpoint))

@@ -35,6 +35,7 @@ from ctistream.engine import (
     EventShape,
     OrderingAction,
     QueryBuildError,
+    Versions,
     cti,
     edge_end,
     edge_start,
@@ -462,6 +463,35 @@ def test_diagnostics_of_a_derived_stream_is_refused_with_the_fix(app):
         data.where(F.col("v") > 1).diagnostics()
     message = str(error.value)
     assert "expected an input stream" in message and "'in'" in message and "Fix:" in message
+
+
+@pytest.mark.parametrize(
+    ("schema", "versions", "message"),
+    [
+        ("reason string, v int", None, r"payload has column\(s\) \['reason'\].*Fix: rename"),
+        ("k int, v int", Versions(key="k"), r"bound with versions=.*Fix: read its drops"),
+    ],
+)
+def test_an_input_the_diagnostics_cannot_report_is_refused_when_the_query_is_built(
+    app, schema, versions, message
+):
+    script, _, settings, _, _, _ = cti_violation_drop()
+    data = Stream.create(
+        "in",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=script, schema=schema),
+        EventShape.POINT,
+        settings,
+        versions=versions,
+    )
+    with pytest.raises(QueryBuildError, match=message):
+        data.diagnostics().to_query(
+            app,
+            f"diag{next(_names)}",
+            MemoryOutputFactory(),
+            MemoryOutputConfig(name="x"),
+            EventShape.POINT,
+        )
 
 
 def test_explain_shows_the_diagnostics_over_its_input(app):
