@@ -32,7 +32,8 @@ def test_the_readme_blocks_are_found_with_their_output():
     # the tour, the window, the diagnostics, the binder, the timeline, the continuous run,
     # the cluster
     assert len(blocks) == 7
-    assert [shown is not None for _, shown in blocks] == [True, True, True, True, False, True, False]
+    expected = [True, True, True, True, False, True, False]
+    assert [shown is not None for _, shown in blocks] == expected
 
 
 def test_every_python_block_of_the_readme_runs_and_prints_what_it_shows(
