@@ -775,13 +775,12 @@ class Stream:
         :class:`~engine.errors.QueryBuildError` on a stream made by an operator."""
         node = self._node
         if not isinstance(node, InputNode):
-            inputs = [repr(n.name) for n in walk(node) if isinstance(n, InputNode)]
+            inputs = ", ".join(repr(n.name) for n in walk(node) if isinstance(n, InputNode))
             raise QueryBuildError(
-                f"diagnostics() on {node.label()!r}: expected an input stream (what an input's "
-                f"ingress dropped or adjusted), got a stream made by an operator over the "
-                f"input(s) {', '.join(inputs)}. Fix: call diagnostics() on the input, e.g. "
-                f"{inputs[0] if inputs else 'the input'}'s Stream, and apply the operator to "
-                "its result"
+                f"diagnostics() on {node.label()!r}: expected an input stream (the diagnostics "
+                "are what an input's ingress dropped or adjusted), got a stream made by an "
+                f"operator over the input(s) {inputs}. Fix: call diagnostics() on the Stream "
+                "that Stream.create made for the input, then apply the operators to its result"
             )
         return self._then(DiagnosticsNode(node, call="diagnostics()"), _merged)
 
