@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctistream.engine._spark import parse_schema
 from ctistream.engine.contracts import InputAdapterFactory, OutputAdapterFactory
+from ctistream.engine.diagnostics import diagnostic_schema
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.events import EventShape
 from ctistream.engine.operators.group_apply import rewrite
@@ -27,6 +28,7 @@ from ctistream.engine.plan import (
     AntiJoinNode,
     ClipNode,
     CountWindowNode,
+    DiagnosticsNode,
     GroupApplyNode,
     GroupNode,
     InputNode,
@@ -297,6 +299,8 @@ def _payload_frame(spark: SparkSession, node: Node, memo: dict[int, DataFrame]) 
         frame = inputs[0].groupBy(*node.keys).agg(*aggregates)
     elif isinstance(node, WindowRowsNode):  # windowed top_k, apply
         frame = spark.createDataFrame([], node.op.schema_of(inputs[0].schema, node.keys))
+    elif isinstance(node, DiagnosticsNode):  # engine.diagnostics
+        frame = spark.createDataFrame([], diagnostic_schema(inputs[0].schema))
     elif isinstance(node, UnionNode):  # by name, as engine.operators.basic.union
         frame = inputs[0]
         for other in inputs[1:]:
@@ -760,6 +764,25 @@ class Stream:
         and only the CTIs valid for every key (its keyed CTIs are dropped), so operators that
         drop the key column may follow. On a stream without a key it changes nothing."""
         return self._then(MergeNode(self._node), _merged)
+
+    def diagnostics(self) -> Stream:
+        """The diagnostic stream of this input (semantics §8): one point event per item its
+        ingress dropped or adjusted (CTI violation, early, late, out-of-order), at the CTI in
+        force when the item arrived, with the columns ``action``, ``reason``,
+        ``original_start``, ``original_end``, ``new_start``, ``new_end`` (ticks), ``input``,
+        ``partition``, ``offset``, then the item's own payload; its CTI is the input's. Bind
+        it to an output, join it, window it, like any stream. Inputs only: raises
+        :class:`~engine.errors.QueryBuildError` on a stream made by an operator."""
+        node = self._node
+        if not isinstance(node, InputNode):
+            inputs = ", ".join(repr(n.name) for n in walk(node) if isinstance(n, InputNode))
+            raise QueryBuildError(
+                f"diagnostics() on {node.label()!r}: expected an input stream (the diagnostics "
+                "are what an input's ingress dropped or adjusted), got a stream made by an "
+                f"operator over the input(s) {inputs}. Fix: call diagnostics() on the Stream "
+                "that Stream.create made for the input, then apply the operators to its result"
+            )
+        return self._then(DiagnosticsNode(node, call="diagnostics()"), _merged)
 
     def to_query(
         self,

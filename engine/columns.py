@@ -16,12 +16,14 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from ctistream.engine._spark import engine_work
+from ctistream.engine.diagnostics import check_diagnostics, diagnostic_schema
 from ctistream.engine.errors import QueryBuildError, spark_message, unknown_column
 from ctistream.engine.operators.join import output_columns
 from ctistream.engine.plan import (
     AntiJoinNode,
     ClipNode,
     CountWindowNode,
+    DiagnosticsNode,
     GroupApplyNode,
     GroupNode,
     InputNode,
@@ -155,6 +157,10 @@ def _payload(
         return StructType(
             [StructField(n, f.dataType, f.nullable) for n, f in zip(names, fields, strict=True)]
         )
+    if isinstance(node, DiagnosticsNode):  # engine.diagnostics
+        schema, given = out[id(node.child)], node.child
+        check_diagnostics(given.name, schema.fieldNames(), given.versions is not None)
+        return diagnostic_schema(schema)
     if isinstance(node, UnionNode):
         schemas_in = [out[id(c)] for c in node.inputs]
         first = schemas_in[0].fieldNames()

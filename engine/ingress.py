@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from ctistream.engine._spark import settle_worker
 from ctistream.engine.ctis import keyed_rises, latest_of, min_of_latest, risen
+from ctistream.engine.diagnostics import diagnostic_rows
 from ctistream.engine.edges import RANK, fifo_pairs, fifo_ranked
 from ctistream.engine.errors import CtiViolationError, MalformedRecordError, QueryBuildError
 from ctistream.engine.events import EdgeType, Event, EventKind
@@ -335,6 +336,7 @@ def ingress_epoch(
     # the epoch's CTIs rise above the input's CTI before it, the last to its CTI after it
     latest = risen(new_state.emitted, state.emitted)
     over = spec.ordering.over if spec.ordering is not None else None
+    diagnostics = diagnostic_rows(a, events, spec)  # lazy: read only by stream.diagnostics()
     if over is None:
         flow = Flow(
             events,
@@ -345,6 +347,7 @@ def ingress_epoch(
             packed=packs,
             rows=rows,
             unbounded=not spec.points,
+            diagnostics=diagnostics,
         )
         return flow, new_state
     candidates = cache.keep(_key_candidates(a, change, spec, state, new_state))
@@ -359,6 +362,7 @@ def ingress_epoch(
         latest,
         rows=rows,
         unbounded=not spec.points,
+        diagnostics=diagnostics,
     )
     return flow, new_state
 
@@ -960,6 +964,7 @@ def _sequencer(
                 _flags(pc.equal(kind, k))
                 for k in (Kind.INSERT, Kind.CTI, Kind.BCAST, Kind.WM, Kind.EOI)
             )
+            diag = _flags(pc.equal(kind, Kind.DIAG))  # §7's decisions: no item of §3
             start = pc.fill_null(b.column(START), 0).to_numpy(zero_copy_only=False)
             end = pc.fill_null(b.column(END), 0).to_numpy(zero_copy_only=False)
             gen = np.zeros(n, dtype=bool)
@@ -1030,8 +1035,8 @@ def _sequencer(
             ):
                 if firsts[k] is None and mask.any():
                     firsts[k] = pos.take([int(np.argmax(mask))])
-            if not bcast.all():  # the partition's last own item (positions increase)
-                i = int(np.flatnonzero(~bcast)[-1])
+            if not (bcast | diag).all():  # the partition's last own item (positions increase)
+                i = int(np.flatnonzero(~(bcast | diag))[-1])
                 last[:3] = [int(pos.field(k)[i].as_py()) for k in ("arr", "off")] + [int(eoi[i])]
             columns = {
                 "__cb": pa.array(cb),
@@ -1062,7 +1067,7 @@ def _sequencer(
                     used = used.filter(pa.array(taken))
                 starts = np.where(adj, cb, start)[taken]
                 partials.append(pushed_partials(pushed, starts, end[taken], used))
-            handed = viol | (ca > cb)
+            handed = viol | (ca > cb) | diag
             if handed.any():
                 yield out.filter(pa.array(handed))
         if carried is None:

@@ -41,6 +41,7 @@ from typing import Any
 from ctistream.engine.errors import QueryBuildError, unknown_column
 from ctistream.engine.events import EventShape
 from ctistream.engine.rows import (
+    EDGE,
     END,
     KIND,
     POS,
@@ -297,6 +298,7 @@ def order_epoch(
     kept = kept.withColumn(START, c("__as")).withColumn(END, c("__as") + 1).select(*raw.columns)
     marks = _marks(events, c("__wm").isNotNull(), Kind.WM, c("__wm"), 1)
     rows = raw.filter(c(KIND) != Kind.INSERT).unionByName(kept).unionByName(marks, True)
+    rows = rows.unionByName(_diagnosed(events, raw.columns), True)
     if over is not None:
         # A KWM row after each event that raises its substream's watermark (sub-position 2, after
         # the partition's WM row): ingress makes the key's CTI from it (engine.ingress).
@@ -356,6 +358,39 @@ def _marks(
         after.alias(POS),
         *extra,
     )
+
+
+def _diagnosed(events: DataFrame, columns: list[str]) -> DataFrame:
+    """A ``DIAG`` row per event §7 dropped and per rule that moved one, for the diagnostic
+    stream (:mod:`engine.diagnostics`): ``__edge`` ``dropped:<reason>`` / ``adjusted:<reason>``,
+    ``__start`` the event time, ``__end`` where the rule moved it (null when dropped), at the
+    event's position with sub-position -2 (the late rule) or -1 (the other rules): before the
+    event, so the ingress scan gives it the CTI in force when the event arrived."""
+    c = F.col
+    action = c("__action")
+    both = action == "adjust:late,out-of-order"
+    rules = [
+        (action.startswith("drop:"), F.regexp_replace(action, "^drop:", "dropped:"), None, -1),
+        ((action == "adjust:late") | both, F.lit("adjusted:late"), c("__t1"), -2),
+        ((action == "adjust:out-of-order") | both, F.lit("adjusted:out-of-order"), c("__as"), -1),
+    ]
+    out = None
+    for when, what, new, sub in rules:
+        at = F.struct(
+            *[c(f"{POS}.{n}").alias(n) for n in ("arr", "inp", "off", "part")],
+            F.lit(sub).cast("int").alias("sub"),
+        )
+        given = {
+            KIND: F.lit(Kind.DIAG),
+            EDGE: what,
+            START: c("__t"),
+            END: F.lit(None).cast(LongType()) if new is None else new,
+            POS: at,
+        }
+        made = events.filter(when).select(*[given.get(k, c(f"`{k}`")).alias(k) for k in columns])
+        out = made if out is None else out.unionByName(made)
+    assert out is not None
+    return out
 
 
 def _decisions(events: DataFrame, over: str | None) -> DataFrame:

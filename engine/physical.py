@@ -40,6 +40,7 @@ from ctistream.engine.plan import (
     AntiJoinNode,
     ClipNode,
     CountWindowNode,
+    DiagnosticsNode,
     GroupApplyNode,
     GroupNode,
     InputNode,
@@ -63,6 +64,7 @@ __all__ = [
     "AntiJoinStep",
     "ClipStep",
     "CountWindowStep",
+    "DiagnosticsStep",
     "GroupApplyStep",
     "GroupStep",
     "InputScan",
@@ -239,6 +241,13 @@ class GroupApplyStep(Step):
     node: GroupApplyNode
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class DiagnosticsStep(Step):
+    """``input.diagnostics()``: the input's diagnostic rows and CTIs (engine.diagnostics)."""
+
+    node: DiagnosticsNode
+
+
 @dataclass(frozen=True, eq=False)
 class PhysicalPlan:
     """How a query runs: ``scans`` in import order (an input after the one it imports CTIs from),
@@ -331,6 +340,7 @@ _STEPS: dict[type[Node], type[Step]] = {
     GroupNode: GroupStep,
     GroupApplyNode: GroupApplyStep,
     WindowRowsNode: WindowRowsStep,
+    DiagnosticsNode: DiagnosticsStep,
 }
 
 

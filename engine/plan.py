@@ -21,6 +21,7 @@ __all__ = [
     "AntiJoinNode",
     "ClipNode",
     "CountWindowNode",
+    "DiagnosticsNode",
     "GroupApplyNode",
     "GroupNode",
     "InputNode",
@@ -471,6 +472,22 @@ class GroupApplyNode(Node):
 
     def label(self) -> str:
         return f"group_apply by {', '.join(self.keys)}"
+
+
+@dataclass(eq=False)
+class DiagnosticsNode(Node):
+    """``input.diagnostics()``: one point per item ``child``'s ingress dropped or adjusted
+    (semantics §8, :mod:`engine.diagnostics`)."""
+
+    child: InputNode
+
+    cti_rule: ClassVar[str] = "the input's CTI (§8)"
+
+    def children(self) -> Sequence[Node]:
+        return (self.child,)
+
+    def label(self) -> str:
+        return f"diagnostics of input {self.child.name!r} (dropped and adjusted items)"
 
 
 def walk(root: Node) -> Iterator[Node]:

@@ -87,6 +87,9 @@ class Kind(StrEnum):
     PARTIAL = "PARTIAL"
     PACKED = "PACKED"
     HELD = "HELD"
+    #: what §7 did to an event it dropped or moved (``__edge``: ``dropped:<reason>`` or
+    #: ``adjusted:<reason>``), for the diagnostic stream (engine.diagnostics): no item of §3
+    DIAG = "DIAG"
 
 
 #: (arrival, input binding index, offset, partition index, sub-position)
@@ -162,6 +165,8 @@ class Flow:
     packed: DataFrame | None = None
     rows: int | None = None
     unbounded: bool = True
+    #: an input's diagnostics of the epoch (engine.diagnostics.diagnostic_rows), else None
+    diagnostics: DataFrame | None = None
 
     def merged(self) -> Flow:
         """The same stream with its substreams merged: its CTIs only."""

@@ -27,6 +27,7 @@ from typing import Any
 from ctistream.engine._spark import collect_driver_garbage, engine_work
 from ctistream.engine.binding import BoundInput, bind
 from ctistream.engine.contracts import OutputAdapter
+from ctistream.engine.diagnostics import diagnostics_flow
 from ctistream.engine.egress import EgressState, egress_epoch
 from ctistream.engine.errors import (
     EngineError,
@@ -80,6 +81,7 @@ from ctistream.engine.physical import (
     AntiJoinStep,
     ClipStep,
     CountWindowStep,
+    DiagnosticsStep,
     GroupApplyStep,
     GroupStep,
     JoinStep,
@@ -874,6 +876,7 @@ _EXECUTORS: dict[type[Step], Callable[[Any, list[Flow], Any, EpochCache], tuple]
     GroupStep: group_input,
     GroupApplyStep: pass_through,
     WindowRowsStep: _run_window_rows,
+    DiagnosticsStep: diagnostics_flow,
 }
 
 

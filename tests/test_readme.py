@@ -29,9 +29,11 @@ def readme_blocks(text: str) -> list[tuple[str, str | None]]:
 
 def test_the_readme_blocks_are_found_with_their_output():
     blocks = readme_blocks(README.read_text())
-    # the tour, the window, the binder, the timeline, the continuous run, the cluster
-    assert len(blocks) == 6
-    assert [shown is not None for _, shown in blocks] == [True, True, True, False, True, False]
+    # the tour, the window, the diagnostics, the binder, the timeline, the continuous run,
+    # the cluster
+    assert len(blocks) == 7
+    expected = [True, True, True, True, False, True, False]
+    assert [shown is not None for _, shown in blocks] == expected
 
 
 def test_every_python_block_of_the_readme_runs_and_prints_what_it_shows(

@@ -1,6 +1,7 @@
 """The reference interpreter of the temporal contract: the oracle for the Spark engine's tests."""
 
 from .count_session import CountWindow, SessionWindow
+from .diagnostics import Diagnostics
 from .group_apply import GroupApply
 from .interpreter import (
     AlterEventDuration,
@@ -38,6 +39,7 @@ __all__ = [
     "Binding",
     "ClipEventDuration",
     "CountWindow",
+    "Diagnostics",
     "GroupApply",
     "Input",
     "Join",

@@ -125,6 +125,7 @@ from ctistream.engine.temporal import (
 )
 
 from .clip import ClipEventDuration, clip_rows
+from .diagnostics import Diagnostics, diagnostic
 from .group_apply import GroupApply, evaluate_group_apply
 from .ordering import Decision, Ordering
 from .outer import LeftOuterJoin, left_outer_rows
@@ -136,6 +137,7 @@ __all__ = [
     "AntiJoin",
     "Binding",
     "ClipEventDuration",
+    "Diagnostics",
     "Input",
     "Join",
     "KeyedCti",
@@ -408,6 +410,7 @@ class MergeSubstreams:
 
 Node = (
     Input
+    | Diagnostics
     | MergeSubstreams
     | AntiJoin
     | Join
@@ -585,6 +588,8 @@ class _Ingress:
         self.importers: list[_Ingress] = []
         self.over = ordering.over if ordering is not None else None  # the substream column K
         self.keyed: dict[Any, int] = {}  # per key k: the last keyed CTI value emitted
+        #: the diagnostic stream's events (reference/diagnostics.py), at their positions
+        self.diagnostics: list[_Row] = []
 
     # items ---------------------------------------------------------------------------------
     def on_item(self, arrival: _Arrival) -> None:
@@ -647,6 +652,7 @@ class _Ingress:
             if self.over is not None:
                 watermark_before = self.ordering.watermark(part.name, payload[self.over])
             decision = self.ordering.on_event(part.name, payload, item.arrival, pos)
+            self._diagnose_ordering(part, item, decision, payload, pos)
             if decision.start is None:
                 self._ordering_cti(part, decision, pos)
                 self._keyed_cti(part, decision, watermark_before, pos)
@@ -658,6 +664,7 @@ class _Ingress:
         start: int | None = event.start
         if event.start < c:
             start = self._violation(part, item, event, c)
+            self._diagnose(c, start, None, item, part, event, payload, pos)
         if start is not None:
             self._emit(pos, Event(EventKind.INSERT, start, event.end, payload, event.edge))
         if event.edge is EdgeType.START:
@@ -667,6 +674,64 @@ class _Ingress:
         if decision is not None:
             self._ordering_cti(part, decision, pos)
             self._keyed_cti(part, decision, watermark_before, pos)
+
+    def _diagnose(
+        self,
+        c: int,
+        new_start: int | None,
+        new_end: int | None,
+        item: SourceItem,
+        part: _Partition,
+        event: Event,
+        payload: dict[str, Any],
+        pos: Position,
+    ) -> None:
+        """§8: a diagnostic for an item §3 dropped (no new start or end) or adjusted, at the CTI
+        ``c`` in force when it arrived."""
+        action = "dropped" if new_start is None and new_end is None else "adjusted"
+        where = (self.name, part.name, item.offset)
+        made = diagnostic(
+            c,
+            action,
+            "cti-violation",
+            (event.start, event.end),
+            (new_start, new_end),
+            where,
+            payload,
+        )
+        self.diagnostics.append(_Row(pos, made))
+
+    def _diagnose_ordering(
+        self,
+        part: _Partition,
+        item: SourceItem,
+        decision: Decision,
+        payload: dict[str, Any],
+        pos: Position,
+    ) -> None:
+        """§8 for §7's decision on an event: a diagnostic for a drop and one per rule that moved
+        it, at the partition's CTI before the event, just before the event's position (the late
+        rule's at sub-position -2, the others' at -1)."""
+        assert self.ordering is not None
+        verb, _, reasons = decision.action.partition(":")
+        if verb == "ok":
+            return
+        t = decision.event_time
+        original = (t, t + 1 if t is not None and MIN_TIME < t < MAX_TIME else None)
+        where = (self.name, part.name, item.offset)
+        c = part.cti
+        if verb == "drop":
+            made = diagnostic(c, "dropped", reasons, original, (None, None), where, payload)
+            self.diagnostics.append(_Row((*pos[:4], -1), made))
+            return
+        for reason in reasons.split(","):
+            if reason == "late":
+                assert t is not None and self.ordering.late is not None
+                new, sub = decision.arrival - self.ordering.late, -2
+            else:
+                new, sub = decision.start, -1
+            made = diagnostic(c, "adjusted", reason, original, (new, None), where, payload)
+            self.diagnostics.append(_Row((*pos[:4], sub), made))
 
     def _ordering_cti(self, part: _Partition, decision: Decision, pos: Position) -> None:
         """§7: the watermark is a generated CTI, right after the event that raises it."""
@@ -742,11 +807,13 @@ class _Ingress:
         part.open_edges.remove(match)
         if match.adjusted_start is None:  # its START edge was dropped
             self.counts["dropped"] += 1
+            self._diagnose(c, None, None, item, part, event, payload, pos)
             return
         end = event.end
         if late:  # never dropped: the event would live forever (§3.4)
             end = c
             self.counts["adjusted"] += 1
+            self._diagnose(c, None, c, item, part, event, payload, pos)
         # May be empty (end == adjusted start == c): it still closes the START edge; no operator
         # and no consumer releases anything for it.
         self._emit(pos, Event(EventKind.INSERT, match.adjusted_start, end, payload, EdgeType.END))
@@ -868,6 +935,10 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) 
     CTIs"; the operators that use global CTIs only get their inputs without them)."""
     if isinstance(node, Input):
         return list(inputs[node.name])
+    if isinstance(node, Diagnostics):  # its events and the input's global CTIs, by position
+        ctis = [r for r in _global_only(inputs[node.name]) if r.event.is_cti]
+        rows = [*inputs[("diagnostics", node.name)], *ctis]
+        return sorted(rows, key=lambda r: (r.position, r.event.is_cti))
     if isinstance(node, MergeSubstreams):
         return _global_only(_evaluate(node.child, inputs, dropped))
     if isinstance(node, Where):
@@ -1672,7 +1743,7 @@ def _check_bindings(bindings: Sequence[Binding], plan: Node) -> None:
             chain.append(nxt)
 
     def leaves(node: Node) -> list[str]:
-        if isinstance(node, Input):
+        if isinstance(node, Input | Diagnostics):
             return [node.name]
         if isinstance(node, Union):
             return [n for c in node.children for n in leaves(c)]
@@ -1726,7 +1797,8 @@ def _run(
         for ing in ingresses:
             ing.on_stop()
 
-    rows = {ing.name: ing.rows for ing in ingresses}
+    rows: dict[Any, list[_Row]] = {ing.name: ing.rows for ing in ingresses}
+    rows |= {("diagnostics", ing.name): ing.diagnostics for ing in ingresses}
     dropped: list[int] = []
     root = _evaluate(plan, rows, dropped)
     return Result(
