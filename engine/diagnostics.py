@@ -154,4 +154,5 @@ def diagnostics_flow(step: Any, inputs: list[Flow], _: Any, cache: Any) -> tuple
     diagnostics of an input with substreams are one timeline, docs/decisions.md)."""
     flow = inputs[0]
     assert flow.diagnostics is not None, "an input's flow carries its diagnostics"
-    return Flow(flow.diagnostics, flow.ctis, False, latest=flow.latest, unbounded=False), None
+    events = flow.diagnostics()
+    return Flow(events, flow.ctis, False, latest=flow.latest, unbounded=False), None

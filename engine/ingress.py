@@ -336,7 +336,11 @@ def ingress_epoch(
     # the epoch's CTIs rise above the input's CTI before it, the last to its CTI after it
     latest = risen(new_state.emitted, state.emitted)
     over = spec.ordering.over if spec.ordering is not None else None
-    diagnostics = diagnostic_rows(a, events, spec)  # lazy: read only by stream.diagnostics()
+
+    # made only when stream.diagnostics() reads them: building the plan costs every epoch
+    def diagnostics() -> DataFrame:
+        return diagnostic_rows(a, events, spec)
+
     if over is None:
         flow = Flow(
             events,

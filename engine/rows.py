@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -165,8 +165,9 @@ class Flow:
     packed: DataFrame | None = None
     rows: int | None = None
     unbounded: bool = True
-    #: an input's diagnostics of the epoch (engine.diagnostics.diagnostic_rows), else None
-    diagnostics: DataFrame | None = None
+    #: an input's diagnostics of the epoch (engine.diagnostics.diagnostic_rows), made when
+    #: called, else None
+    diagnostics: Callable[[], DataFrame] | None = None
 
     def merged(self) -> Flow:
         """The same stream with its substreams merged: its CTIs only."""
