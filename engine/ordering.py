@@ -280,8 +280,12 @@ def order_epoch(
     cache: EpochCache,
     trace: list | None = None,
     decided: Callable[[DataFrame], None] | None = None,
+    diagnosed: bool = False,
 ) -> tuple[DataFrame, OrderingState]:
     """Apply §7 to one epoch of an input's raw rows; return rows for §3 and the new state.
+
+    ``diagnosed``: the input's diagnostic stream is read (engine.physical.InputScan): the rows
+    also hold a ``DIAG`` row per decision that dropped or moved an event (:func:`_diagnosed`).
 
     ``trace``: if a list, every event's decision is appended to it, in arrival order, as a dict
     (``pos``, ``partition``, ``key``, ``event_time``, ``arrival``, ``action``, ``start``,
@@ -298,7 +302,8 @@ def order_epoch(
     kept = kept.withColumn(START, c("__as")).withColumn(END, c("__as") + 1).select(*raw.columns)
     marks = _marks(events, c("__wm").isNotNull(), Kind.WM, c("__wm"), 1)
     rows = raw.filter(c(KIND) != Kind.INSERT).unionByName(kept).unionByName(marks, True)
-    rows = rows.unionByName(_diagnosed(events, raw.columns), True)
+    if diagnosed:
+        rows = rows.unionByName(_diagnosed(events, raw.columns), True)
     if over is not None:
         # A KWM row after each event that raises its substream's watermark (sub-position 2, after
         # the partition's WM row): ingress makes the key's CTI from it (engine.ingress).

@@ -93,13 +93,16 @@ class InputScan:
     computes and hands Spark instead of the events (:func:`_pushed_window`). ``packed``: the scan
     hands Spark its events packed for the lookup join that reads them (:func:`_packed`).
     ``edges_on_driver``: the input's END edges may be matched on the driver, in an epoch with few
-    enough of them (:func:`_edges_on_driver`)."""
+    enough of them (:func:`_edges_on_driver`). ``diagnosed``: the input's diagnostic stream is
+    read (``stream.diagnostics()``), so §7's decisions come to the scan as rows of their own
+    (:func:`engine.ordering.order_epoch`)."""
 
     node: InputNode
     spec: InputSpec
     pushed: PushedWindow | None = None
     packed: bool = False
     edges_on_driver: bool = False
+    diagnosed: bool = False
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -288,6 +291,7 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
             pushed.get(b.spec.index),
             not traced and _packed(b, binding.inputs, readers, pushed),
             _edges_on_driver(b),
+            any(isinstance(r, DiagnosticsNode) for r in readers.get(id(b.node), [])),
         )
         for b in binding.order
     )

@@ -645,6 +645,7 @@ class Runtime:
                     cache,
                     # traced: the timeline marks what §7 dropped or moved
                     decided=None if trace is None else lambda d, s=spec: trace.ordering(s, d),
+                    diagnosed=scan.diagnosed,
                 )
             imp = spec.settings.import_settings if spec.settings else None
             imports = None

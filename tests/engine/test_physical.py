@@ -123,3 +123,15 @@ def test_keyed_ctis_do_not_enter_a_join_from_a_side_with_a_join_below_it(app):
 
 def test_the_runtime_has_an_executor_for_every_physical_operator(app):
     assert set(runtime._EXECUTORS) == set(physical._STEPS.values())
+
+
+def test_only_an_input_whose_diagnostics_are_read_gets_its_ordering_decisions_as_rows(app):
+    # §7's decisions reach the scan as rows of their own only for the diagnostic stream: an
+    # input nobody reads diagnostics from plans none (engine.ordering.order_epoch)
+    a, b = _input("a", EventShape.POINT), _input("b", EventShape.POINT)
+    plain, _ = _plans(app, a.union(b))
+    assert [s.diagnosed for s in plain.scans] == [False, False]
+    a, b = _input("a", EventShape.POINT), _input("b", EventShape.POINT)
+    read, traced = _plans(app, a.union(b.diagnostics().select("k", "v")))
+    assert {s.spec.name: s.diagnosed for s in read.scans} == {"a": False, "b": True}
+    assert {s.spec.name: s.diagnosed for s in traced.scans} == {"a": False, "b": True}
