@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ctistream.bindings.template import QueryBinder, QueryTemplate
-from ctistream.engine._spark import default_session
+from ctistream.engine._spark import cache_jvm_classes, default_session
 from ctistream.engine.contracts import OutputAdapterFactory
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.events import EventShape
@@ -27,6 +27,7 @@ class Application:
     def __init__(self, name: str, spark: SparkSession | None = None, *, master: str | None = None):
         self.name = name
         self.spark = spark or default_session(name, master)
+        cache_jvm_classes(self.spark)
         # The engine's plans (unions of broadcast CTI rows, many windows) trip Spark's constraint
         # inference (NoSuchElementException in UnionBase.rewriteConstraints) and gain nothing
         # from it; turning it off also shortens planning of every epoch.

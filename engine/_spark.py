@@ -9,11 +9,13 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from py4j.java_gateway import JavaClass, JavaMember, JVMView
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 __all__ = [
     "LEAN_SESSION",
+    "cache_jvm_classes",
     "collect_driver_garbage",
     "default_session",
     "engine_work",
@@ -150,6 +152,41 @@ def collect_driver_garbage() -> None:
     if now - _collected[0] >= COLLECT_EVERY:
         gc.collect()
         _collected[0] = time.monotonic()
+
+
+class _MethodCachingClass(JavaClass):
+    """A JVM class whose static methods py4j looks up once (:class:`_ClassCachingView`)."""
+
+    def __getattr__(self, name: str) -> object:
+        found = JavaClass.__getattr__(self, name)
+        if isinstance(found, JavaMember):  # a method: not a field, whose value may change
+            self.__dict__[name] = found
+        return found
+
+
+class _ClassCachingView(JVMView):
+    """py4j's view of the driver's JVM (``SparkContext._jvm``), keeping each class it finds by
+    its full name, and each class its static methods. py4j asks the JVM again at every lookup:
+    two reflection round trips before each ``pyspark.sql.functions`` call (PySpark looks up
+    ``org.apache.spark.sql.functions``, then the function, every time), a large share of the
+    calls an epoch makes to the JVM. A full name names the same class for the JVM's life, a
+    method name the same method, and only what was found is kept."""
+
+    def __getattr__(self, name: str) -> object:
+        found = JVMView.__getattr__(self, name)
+        if "." in name and type(found) is JavaClass:
+            found.__class__ = _MethodCachingClass
+            self.__dict__[name] = found
+        return found
+
+
+def cache_jvm_classes(session: SparkSession) -> None:
+    """Make the driver's view of the JVM keep the classes it finds by full name
+    (:class:`_ClassCachingView`); a lookup that found one then costs no round trip. Once per
+    session; a view that is not py4j's own is left as it is."""
+    jvm = session.sparkContext._jvm
+    if type(jvm) is JVMView:
+        jvm.__class__ = _ClassCachingView
 
 
 def settle_driver() -> None:
