@@ -130,9 +130,16 @@ def _known_rows(st: Any) -> int | None:
     return 0 if all(df is None for df in frames) else None
 
 
-def _job_group(rt: Runtime) -> tuple[Any, str | None]:
+def _job_group(rt: Runtime) -> str | None:
+    return rt.spark.sparkContext.getLocalProperty(_GROUP)
+
+
+def _job_ids(rt: Runtime, group: str | None) -> list[int]:
+    """The ids of the jobs of job ``group`` that Spark's status tracker keeps, in two calls to
+    the JVM: read element by element, py4j's array would take a call per job."""
     sc = rt.spark.sparkContext
-    return sc.statusTracker(), sc.getLocalProperty(_GROUP)
+    ids = sc._jsc.statusTracker().getJobIdsForGroup(group)
+    return list(json.loads(getattr(sc._jvm, "java.util.Arrays").toString(ids)))
 
 
 def _lag(arrival: int | None, cti: int) -> float | None:
@@ -182,13 +189,13 @@ class Progress:
     def begin(self, rt: Runtime) -> None:
         """An epoch begins, before its input is read (an epoch that began and failed is
         forgotten)."""
-        tracker, group = _job_group(rt)
+        group = _job_group(rt)
         self._epoch = _Epoch(
             datetime.now(UTC),
             time.perf_counter(),
             _input_totals(rt),
             _lifetime_drops(rt),
-            max(tracker.getJobIdsForGroup(group), default=-1),
+            max(_job_ids(rt, group), default=-1),
             group,
         )
 
@@ -269,8 +276,7 @@ def _record(rt: Runtime, epoch: _Epoch) -> dict[str, Any]:
         operators[name] = op
     out_cti = rt.output_cti()
     ctis = sum(1 for e in items if e.kind is EventKind.CTI)
-    tracker, _ = _job_group(rt)
-    jobs = [j for j in tracker.getJobIdsForGroup(epoch.group) if j > epoch.last_job]
+    jobs = [j for j in _job_ids(rt, epoch.group) if j > epoch.last_job]
     return {
         "query": rt.name,
         "epoch": k,
