@@ -113,7 +113,8 @@ def joined(app):
 
     logger, lines = logging.getLogger("ctistream.progress"), _Lines()
     logger.addHandler(lines)
-    level, logger.level = logger.level, logging.INFO
+    level = logger.level
+    logger.setLevel(logging.INFO)  # setLevel, not .level: it clears the level cache too
     sc, group = app.spark.sparkContext, f"progress-test-{name}"
     sc.setJobGroup(group, "the progress records' test")
     began, err = datetime.now(UTC), io.StringIO()
