@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import statistics
 
+from ctistream.engine._spark import job_ids
+
 _GROUP = "spark.jobGroup.id"
 
 
@@ -27,7 +29,7 @@ class JobCount:
     group that is new, so the first mark counts all of its jobs)."""
 
     def __init__(self, spark_context, group: str | None, since: int | None = None) -> None:
-        self._tracker = spark_context.statusTracker()
+        self._sc = spark_context
         self.group = group
         self._last = max(self._ids(), default=-1) if since is None else since
         self.counts: list[int] = []
@@ -40,7 +42,7 @@ class JobCount:
         return cls(spark_context, spark_context.getLocalProperty(_GROUP), since=-1)
 
     def _ids(self) -> list[int]:
-        return list(self._tracker.getJobIdsForGroup(self.group))
+        return job_ids(self._sc, self.group)
 
     def mark(self) -> None:
         """The end of an epoch or batch: keep how many jobs started since the previous mark."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from py4j.java_gateway import JavaClass, JavaMember, JVMView
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
@@ -19,6 +21,7 @@ __all__ = [
     "collect_driver_garbage",
     "default_session",
     "engine_work",
+    "job_ids",
     "parse_schema",
     "settle_driver",
     "settle_worker",
@@ -187,6 +190,14 @@ def cache_jvm_classes(session: SparkSession) -> None:
     jvm = session.sparkContext._jvm
     if type(jvm) is JVMView:
         jvm.__class__ = _ClassCachingView
+
+
+def job_ids(sc: SparkContext, group: str | None) -> list[int]:
+    """The ids of the jobs of job ``group`` (None: jobs of no group) that Spark's status tracker
+    keeps, in two calls to the JVM: read element by element, py4j's array would take a call per
+    job."""
+    ids = sc._jsc.statusTracker().getJobIdsForGroup(group)
+    return list(json.loads(getattr(sc._jvm, "java.util.Arrays").toString(ids)))
 
 
 def settle_driver() -> None:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ctistream.engine._spark import job_ids
 from ctistream.engine.events import EventKind
 from ctistream.engine.operators import LifetimeState
 from ctistream.engine.operators.join import JoinState
@@ -135,11 +136,7 @@ def _job_group(rt: Runtime) -> str | None:
 
 
 def _job_ids(rt: Runtime, group: str | None) -> list[int]:
-    """The ids of the jobs of job ``group`` that Spark's status tracker keeps, in two calls to
-    the JVM: read element by element, py4j's array would take a call per job."""
-    sc = rt.spark.sparkContext
-    ids = sc._jsc.statusTracker().getJobIdsForGroup(group)
-    return list(json.loads(getattr(sc._jvm, "java.util.Arrays").toString(ids)))
+    return job_ids(rt.spark.sparkContext, group)
 
 
 def _lag(arrival: int | None, cti: int) -> float | None:
