@@ -35,7 +35,6 @@ from ctistream.engine import (
     EventShape,
     OrderingAction,
     QueryBuildError,
-    Versions,
     cti,
     edge_end,
     edge_start,
@@ -43,9 +42,17 @@ from ctistream.engine import (
     point,
 )
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from tests.engine.test_ordering import COLUMNS, SCHEMA, ordered_cases
+from tests.engine.test_versions import ADJUST as V_ADJUST
+from tests.engine.test_versions import COLUMNS as V_COLUMNS
+from tests.engine.test_versions import DROP as V_DROP
+from tests.engine.test_versions import SCHEMA as V_SCHEMA
+from tests.engine.test_versions import VERSIONS, version_scripts
+from tests.engine.test_versions import row as vrow
+from tests.harness import In, spark_run
 from tests.reference import (
     Binding,
     Diagnostics,
@@ -279,9 +286,12 @@ def test_each_dropped_or_adjusted_item_is_one_point_at_the_cti_in_force(app, cas
     # cut in three (one epoch: the tests below); the cut carries §3's and §7's state
     got, metrics = _collect(app, stream.diagnostics(), epochs=3)
     assert got == expected
-    # counting the diagnostics gives the metrics' numbers, reason by reason
+    _assert_counts_are_the_metrics(got, metrics["in"])
+
+
+def _assert_counts_are_the_metrics(got, m):
+    """Counting the diagnostics ``got`` gives the input's metrics ``m``, reason by reason."""
     counts = Counter((e.payload["action"], e.payload["reason"]) for e in got if not e.is_cti)
-    m = metrics["in"]
     by_reason = m.get("dropped_by_reason", {"cti-violation": m["dropped"]})
     adjusted = m.get("adjusted_by_reason", {"cti-violation": m["adjusted"]})
     assert {r: n for r, n in by_reason.items() if n} == {
@@ -290,6 +300,89 @@ def test_each_dropped_or_adjusted_item_is_one_point_at_the_cti_in_force(app, cas
     assert {r: n for r, n in adjusted.items() if n} == {
         r: n for (a, r), n in counts.items() if a == "adjusted"
     }
+
+
+# -- an input of versions (docs/decisions.md "Versions"): the edges its ingress makes ---------
+# Rows (k, v, gone) at their valid-from time; explicit CTIs only, flushed at the end. A row
+# closes its key's open version with an END edge (the old payload, original start, ending at
+# the row's time) and, unless a delete, opens a START edge [t, +inf). Each dropped or adjusted
+# edge is one diagnostic at the CTI in force before the row, with the row's offset and the
+# edge's own payload (an END edge's is the version it closes: docs/decisions.md "Diagnostic
+# stream").
+def versions_drop():
+    # 3: v60 of k1 at 15 breaks CTI 20: it closes k1's v50 at 20 (never dropped while v50 is
+    #    open: §3.4, adjusted, END edge (10, 15) -> new_end 20, v50's payload) and is dropped
+    #    (START edge (15, +inf), its own payload); both at 20, offset 3.
+    # 4: the delete of k2 at 16 breaks 20: it closes v7 at 20 (adjusted, (12, 16) -> end 20).
+    # 5: (next epoch with cuts [3, 5]) the delete of k1 at 30 closes the dropped v60: its END
+    #    edge (15, 30) is dropped with it, at the CTI in force 20, v60's payload, offset 5.
+    # 6: a delete of k3, which has no open version: deletes_ignored, not a drop: no diagnostic.
+    # All at 20, released by cti(40): adjusted before dropped, then by original start and end.
+    s = EventScript()
+    s.insert("in", point(10, vrow(1, 50)))
+    s.insert("in", point(12, vrow(2, 7)))
+    s.cti("in", 20)
+    s.insert("in", point(15, vrow(1, 60)))
+    s.insert("in", point(16, vrow(2, 0, gone=True)))
+    s.insert("in", point(30, vrow(1, 0, gone=True)))
+    s.insert("in", point(35, vrow(3, 0, gone=True)))
+    s.cti("in", 40)
+    expected = [
+        cti(20),
+        diag(20, "adjusted", "cti-violation", (10, 15), (None, 20), offset=3, **vrow(1, 50)),
+        diag(20, "adjusted", "cti-violation", (12, 16), (None, 20), offset=4, **vrow(2, 7)),
+        diag(20, "dropped", "cti-violation", (15, 30), offset=5, **vrow(1, 60)),
+        diag(20, "dropped", "cti-violation", (15, MAX_TIME), offset=3, **vrow(1, 60)),
+        cti(40),
+        cti(MAX_TIME),
+    ]
+    # dropped: v60 and its END edge; adjusted: v50's and v7's END edges; one ignored delete
+    counts = {"dropped": 2, "adjusted": 2, "deletes_ignored": 1}
+    return s, V_DROP, [[3], [2, 5]], expected, counts
+
+
+def versions_adjust():
+    # 2: v60 of k1 at 15 breaks CTI 20: it closes v50 at 20 (adjusted END edge (10, 15), new_end
+    #    20) and ADJUST starts it at 20 (adjusted START edge (15, +inf), new_start 20); offset 2.
+    # 3: the delete of k1 at 25 (not late) closes v60 at 25: nothing to report.
+    # 5: the delete of k1 at 28 breaks CTI 30, but k1 has no open version: deletes_ignored only.
+    # 6: v1 of k2 at 22 breaks 30, no version to close: starts at 30 (new_start 30), offset 6.
+    # The two at 20 are released by cti(30) (by original start), the one at 30 by the flush.
+    s = EventScript()
+    s.insert("in", point(10, vrow(1, 50)))
+    s.cti("in", 20)
+    s.insert("in", point(15, vrow(1, 60)))
+    s.insert("in", point(25, vrow(1, 0, gone=True)))
+    s.cti("in", 30)
+    s.insert("in", point(28, vrow(1, 0, gone=True)))
+    s.insert("in", point(22, vrow(2, 1)))
+    expected = [
+        cti(20),
+        diag(20, "adjusted", "cti-violation", (10, 15), (None, 20), offset=2, **vrow(1, 50)),
+        diag(20, "adjusted", "cti-violation", (15, MAX_TIME), (20, None), offset=2, **vrow(1, 60)),
+        cti(30),
+        diag(30, "adjusted", "cti-violation", (22, MAX_TIME), (30, None), offset=6, **vrow(2, 1)),
+        cti(MAX_TIME),
+    ]
+    counts = {"dropped": 0, "adjusted": 3, "deletes_ignored": 1}
+    return s, V_ADJUST, [[2], [3, 5]], expected, counts
+
+
+@pytest.mark.parametrize("case", [versions_drop, versions_adjust], ids=lambda c: c.__name__)
+def test_an_input_of_versions_reports_each_version_and_end_edge_it_dropped_or_adjusted(app, case):
+    script, settings, cuts, expected, counts = case()
+    binding = Binding("in", settings, V_COLUMNS, versions=VERSIONS)
+    reference = run_reference(script, [binding], Diagnostics("in"), EventShape.POINT)
+    assert reference.output == expected
+    assert {k: reference.counts["in"][k] for k in counts} == counts
+    inputs = {"in": In(EventShape.POINT, settings, V_SCHEMA, VERSIONS)}
+    for epochs in cuts:  # each cut carries the open versions (and whether they were dropped)
+        got, metrics = spark_run(
+            app, script, inputs, lambda s: s["in"].diagnostics(), EventShape.POINT, epochs
+        )
+        assert got == expected, f"epochs={epochs}"
+        assert {k: metrics["in"][k] for k in counts} == counts, f"epochs={epochs}"
+        _assert_counts_are_the_metrics(got, metrics["in"])
 
 
 # -- like any stream: joined, unioned, windowed --------------------------------------------------
@@ -465,25 +558,10 @@ def test_diagnostics_of_a_derived_stream_is_refused_with_the_fix(app):
     assert "expected an input stream" in message and "'in'" in message and "Fix:" in message
 
 
-@pytest.mark.parametrize(
-    ("schema", "versions", "message"),
-    [
-        ("reason string, v int", None, r"payload has column\(s\) \['reason'\].*Fix: rename"),
-        ("k int, v int", Versions(key="k"), r"bound with versions=.*Fix: read its drops"),
-    ],
-)
-def test_an_input_the_diagnostics_cannot_report_is_refused_when_the_query_is_built(
-    app, schema, versions, message
-):
+def test_an_input_whose_payload_has_a_diagnostic_column_is_refused_when_the_query_is_built(app):
     script, _, settings, _, _, _ = cti_violation_drop()
-    data = Stream.create(
-        "in",
-        MemoryInputFactory(),
-        MemoryInputConfig(script=script, schema=schema),
-        EventShape.POINT,
-        settings,
-        versions=versions,
-    )
+    data = _input(script, EventShape.POINT, settings, schema="reason string, v int")
+    message = r"payload has column\(s\) \['reason'\].*Fix: rename"
     with pytest.raises(QueryBuildError, match=message):
         data.diagnostics().to_query(
             app,
@@ -545,3 +623,25 @@ def test_generated_diagnostics_match_the_reference_for_any_epoch_cut(app, case):
             diagnostics = diagnostics.union(streams["a"].diagnostics().where(F.lit(False)))
         got, _ = _collect(app, diagnostics, epochs)
         assert got == expected, f"epochs={epochs}"
+
+
+# the random versions of tests/engine/test_versions.py (two partitions, keys, deletes, late
+# rows, explicit CTIs): their diagnostics, as many examples as above
+@settings(max_examples=max(1, settings.default.max_examples // 3))
+@given(
+    data=st.data(),
+    scripts=version_scripts(),
+    bound=st.sampled_from([V_ADJUST, V_DROP]),
+)
+def test_generated_diagnostics_of_versions_match_the_reference_for_any_epoch_cut(
+    app, data, scripts, bound
+):
+    script, n = scripts
+    cuts = sorted(data.draw(st.sets(st.integers(1, n), min_size=1, max_size=3)))
+    binding = Binding("ref", bound, V_COLUMNS, versions=VERSIONS)
+    expected = run_reference(script, [binding], Diagnostics("ref"), EventShape.POINT).output
+    inputs = {"ref": In(EventShape.POINT, bound, V_SCHEMA, VERSIONS)}
+    build = lambda s: s["ref"].diagnostics()  # noqa: E731
+    got, metrics = spark_run(app, script, inputs, build, EventShape.POINT, cuts)
+    assert got == expected, f"epochs={cuts}"
+    _assert_counts_are_the_metrics(got, metrics["ref"])

@@ -832,7 +832,10 @@ class _Ingress:
         dropped and counted), then, unless it is a delete, opens the key's new version as a
         START edge at ``t`` under the §3 rules (generation counts it; DROP / ADJUST / error when
         ``t < c``). A delete of a key with no open version changes nothing (``deletes_ignored``);
-        a row before its key's open version's original time is malformed."""
+        a row before its key's open version's original time is malformed. Each edge dropped or
+        adjusted is a diagnostic (§8) with the row's offset and the edge's own payload: the END
+        edge's is the version it closes, its original lifetime ``[start of that version, t)``
+        (docs/decisions.md "Diagnostic stream")."""
         versions = self.binding.versions
         assert versions is not None
         key = tuple(payload[k] for k in versions.key)
@@ -853,12 +856,19 @@ class _Ingress:
                 "order within a partition. Fix: send a key's versions in the order they became "
                 "valid (a correction of the past is a new version from now on)"
             )
+        # the END edge it stands for, as it reached §3 (its diagnostic's original lifetime)
+        closing = None
+        if before is not None:
+            closing = Event(EventKind.INSERT, before.start, t, before.payload, EdgeType.END)
         if before is None:
             self.counts["deletes_ignored"] += deleted
         elif before.adjusted_start is None:  # the version it closes was dropped
             self.counts["dropped"] += 1
+            self._diagnose(c, None, None, item, part, closing, before.payload, pos)
         else:
             self.counts["adjusted"] += t < c
+            if t < c:
+                self._diagnose(c, None, c, item, part, closing, before.payload, pos)
             end = max(t, c)
             self._emit(
                 pos,
@@ -868,7 +878,9 @@ class _Ingress:
             return  # a delete is an END edge: never counted for generation
         start: int | None = t
         if t < c:
-            start = self._violation(part, item, edge_start(t, payload), c)
+            opened = edge_start(t, payload)
+            start = self._violation(part, item, opened, c)
+            self._diagnose(c, start, None, item, part, opened, payload, pos)
         if start is not None:
             self._emit(pos, Event(EventKind.INSERT, start, MAX_TIME, payload, EdgeType.START))
         part.versions[key] = _OpenEdge(t, payload, start)
