@@ -159,7 +159,7 @@ def _payload(
         )
     if isinstance(node, DiagnosticsNode):  # engine.diagnostics
         schema, given = out[id(node.child)], node.child
-        check_diagnostics(given.name, schema.fieldNames(), given.versions is not None)
+        check_diagnostics(given.name, schema.fieldNames())
         return diagnostic_schema(schema)
     if isinstance(node, UnionNode):
         schemas_in = [out[id(c)] for c in node.inputs]

@@ -11,8 +11,11 @@ no CTI of the input; the stream's CTIs are the input's (docs/decisions.md, "Diag
 Its payload is :data:`DIAGNOSTIC_FIELDS`, then the item's own payload columns. §3's violations
 are read off the ingress scan's rows (``__viol``, ``__drop``, ``__adj``, ``__cb``); §7's
 decisions reach the scan as ``DIAG`` rows (:func:`engine.ordering.order_epoch`), which take no
-part in §3 but get the CTI in force at their place. Everything here is Spark plans over the
-scan's cached output: no Python per item, no extra job unless the stream is read.
+part in §3 but get the CTI in force at their place. An input of versions is reported as the
+edges its ingress makes (semantics §1, §3.4): its versions off the scan's rows, the END edges
+its rows made to close their keys' versions from :func:`engine.ingress._close_versions`, each
+with the closed version's payload and the closing row's offset. Everything here is Spark plans
+over the scan's cached output: no Python per item, no extra job unless the stream is read.
 """
 
 from __future__ import annotations
@@ -61,9 +64,9 @@ def diagnostic_schema(payload: StructType) -> StructType:
     return StructType([*DIAGNOSTIC_FIELDS.fields, *payload.fields])
 
 
-def check_diagnostics(name: str, payload: list[str], versions: bool) -> None:
+def check_diagnostics(name: str, payload: list[str]) -> None:
     """Raise QueryBuildError where input ``name`` cannot give a diagnostic stream (driver, when
-    the query is built): a payload column with a diagnostic column's name, or versions."""
+    the query is built): a payload column with a diagnostic column's name."""
     clash = [c for c in DIAGNOSTIC_FIELDS.fieldNames() if c in payload]
     if clash:
         raise QueryBuildError(
@@ -71,21 +74,19 @@ def check_diagnostics(name: str, payload: list[str], versions: bool) -> None:
             f"diagnostic stream uses for itself ({DIAGNOSTIC_FIELDS.fieldNames()}); expected "
             "none of those names. Fix: rename the column in the adapter's schema (schema=)"
         )
-    if versions:
-        raise QueryBuildError(
-            f"diagnostics() of input {name!r}: the input is bound with versions=, whose "
-            "dropped and adjusted deletes the diagnostic stream does not report yet; expected "
-            "an input of points, intervals or edges. Fix: read its drops from query.metrics()"
-        )
 
 
-def diagnostic_rows(a: DataFrame, events: DataFrame, spec: InputSpec) -> DataFrame:
+def diagnostic_rows(
+    a: DataFrame, events: DataFrame, spec: InputSpec, version_ends: DataFrame | None = None
+) -> DataFrame:
     """The epoch's diagnostics of input ``spec`` as event rows (``__kind``, ``__edge``,
     ``__start``, ``__end``, ``__pos``, then :func:`diagnostic_schema`'s columns), from the
-    ingress scan's rows ``a`` and the events ingress emits, ``events`` (lazy).
+    ingress scan's rows ``a`` and the events ingress emits, ``events`` (lazy); for an input of
+    versions, from ``a`` and ``version_ends``, the END edges its ingress dropped or adjusted
+    when a row closed its key's version (:func:`engine.ingress._close_versions`).
 
-    * an event, or a START edge, that broke the CTI ``c`` in force (§3.4): ``dropped``, or
-      ``adjusted`` with ``new_start = c``;
+    * an event, or a START edge (a version), that broke the CTI ``c`` in force (§3.4):
+      ``dropped``, or ``adjusted`` with ``new_start = c``;
     * an END edge that broke it while its START edge was open: ``adjusted``, ``new_end = c``;
       one whose START edge was dropped: ``dropped`` (it is absent from ``events``);
     * a ``DIAG`` row (§7's decision, :func:`engine.ordering.order_epoch`): as it says, with
@@ -94,7 +95,14 @@ def diagnostic_rows(a: DataFrame, events: DataFrame, spec: InputSpec) -> DataFra
     c = F.col
     insert = c(KIND) == Kind.INSERT
     is_end = c(EDGE).eqNullSafe("END")
-    if spec.edges:
+    if version_ends is not None:
+        # a delete is an END edge of the version it closes (if any): reported there, never as
+        # itself (with nothing to close it counts as an ignored delete, not a drop)
+        scanned = [KIND, EDGE, START, END, POS, "__p", "__cb", "__viol", "__drop", *spec.payload]
+        opened = a.filter(insert & c("__viol") & ~is_end).select(*[f"`{k}`" for k in scanned])
+        violated = opened.unionByName(version_ends)
+        dropped = c("__drop")
+    elif spec.edges:
         # an END edge missing from ``events`` went with its dropped START edge (counted dropped
         # whether it broke the CTI or not); one there that broke the CTI closed it at ``c``
         closed = events.filter(is_end).select(c(POS).alias("__kpos"), F.lit(True).alias("__k"))

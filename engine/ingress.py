@@ -303,10 +303,11 @@ def ingress_epoch(
         )
     # an event row per inserted item at most (an END edge's row closes its START edge's)
     rows = new_state.counts["events_in"] - state.counts["events_in"]
+    version_ends: Callable[[], DataFrame] | None = None
     if spec.edges:
         try:
             if spec.versions is not None:
-                closed, new_state.open_edges, counts = _close_versions(
+                closed, new_state.open_edges, counts, version_ends = _close_versions(
                     a, spec, state.open_edges, cache
                 )
                 new_state.open_rows = None
@@ -339,7 +340,7 @@ def ingress_epoch(
 
     # made only when stream.diagnostics() reads them: building the plan costs every epoch
     def diagnostics() -> DataFrame:
-        return diagnostic_rows(a, events, spec)
+        return diagnostic_rows(a, events, spec, version_ends() if version_ends else None)
 
     if over is None:
         flow = Flow(
@@ -569,7 +570,7 @@ def _match_edges(
 
 def _close_versions(
     a: DataFrame, spec: InputSpec, open_edges: DataFrame | None, cache: EpochCache
-) -> tuple[DataFrame, DataFrame, Counter]:
+) -> tuple[DataFrame, DataFrame, Counter, Callable[[], DataFrame]]:
     """Close each key's open version (semantics §1, :class:`Versions`), in Spark.
 
     Per (source partition, key), in position order over the open version left by the epochs
@@ -578,9 +579,14 @@ def _close_versions(
     whose predecessor is a version closes it: an END edge with the predecessor's adjusted start
     and payload, ending at the row's time or, when that breaks the CTI ``c`` in force, at ``c``
     (§3.4; counted as adjusted). If the predecessor was dropped, so is its END edge (counted).
-    A delete whose predecessor is none or a delete has nothing to close: dropped, counted. A row
-    whose time is before its predecessor version's original time is malformed. Returns the END
-    edges, the versions still open (the last row of a key when it is a version), the counts.
+    A delete whose predecessor is none or a delete has nothing to close: ignored, counted
+    (``deletes_ignored``). A row whose time is before its predecessor version's original time
+    is malformed. Returns the END edges, the versions still open (the last row of a key when it
+    is a version), the counts, and a maker of the END edges dropped or adjusted, for the
+    diagnostic stream (:func:`engine.diagnostics.diagnostic_rows`: rows as the scan's, made when
+    it is read): the original lifetime ``[version's original start, row's time)``, the closed
+    version's payload, the closing row's position, partition and CTI in force, and ``__drop``
+    if the version was dropped.
     """
     payload = spec.payload
     assert spec.versions is not None
@@ -594,6 +600,7 @@ def _close_versions(
         (F.col(EDGE) == "END").alias("__del"),
         F.greatest(F.col(START), F.col("__cb")).alias("__ce"),  # where it closes its key's
         F.col("__viol").alias("__late"),
+        "__cb",
         F.lit(True).alias("__new"),
         *payload,
     )
@@ -603,6 +610,7 @@ def _close_versions(
             F.lit(False).alias("__del"),
             F.lit(None).cast(LongType()).alias("__ce"),
             F.lit(False).alias("__late"),
+            F.lit(None).cast(LongType()).alias("__cb"),
             F.lit(False).alias("__new"),
         )
         rows = carried.unionByName(rows)
@@ -650,7 +658,23 @@ def _close_versions(
     still_open = j.filter(~F.col("__del") & F.col("__last")).select(
         _P, "__os", "__as", "__sdrop", "__spos", *payload
     )
-    return closed, checkpoint(still_open), counts
+
+    def ends() -> DataFrame:
+        # the ones the counts above count: cascade (dropped) and adjusted
+        return j.filter(closes & (prev["__sdrop"] | F.col("__late"))).select(
+            F.lit(Kind.INSERT).alias(KIND),
+            F.lit("END").alias(EDGE),
+            prev["__os"].alias(START),
+            F.col("__os").alias(END),
+            F.col("__spos").alias(POS),
+            _P,
+            "__cb",
+            F.col("__late").alias("__viol"),
+            prev["__sdrop"].alias("__drop"),
+            *[prev["p"][k].alias(k) for k in payload],
+        )
+
+    return closed, checkpoint(still_open), counts, ends
 
 
 def _version_before(
