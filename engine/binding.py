@@ -92,7 +92,10 @@ def _bind_inputs(query: str, root: Node) -> list[BoundInput]:
         declared = factory.declare_advance_time_properties(node.config, node.shape)
         settings = node.settings or (declared.as_binding() if declared is not None else None)
         schema = _payload_schema(query, node, adapter)
-        check_payload_names(schema.fieldNames())
+        try:
+            check_payload_names(schema.fieldNames())
+        except ValueError as e:
+            raise QueryBuildError(f"input {node.name!r}: {e}") from None
         if node.ordering is not None:  # §7: its watermark replaces the declared generation
             settings = node.settings
             check_ordering(node.name, node.ordering, node.shape, settings, schema)

@@ -63,12 +63,22 @@ def infer_payload_schema(payloads: Iterable[Mapping[str, Any]]) -> str:
 
 
 def check_payload_names(names: Iterable[str]) -> None:
-    """Refuse payload column names the engine reserves for itself."""
+    """Refuse payload column names the engine reserves for itself, and names with a dot or a
+    backtick: the engine's plans name columns as Spark SQL reads them, where ``a.b`` is field
+    ``b`` of a struct ``a``."""
     for name in names:
         if name.startswith(RESERVED_PREFIX):
             raise ValueError(
                 f"payload column {name!r} starts with {RESERVED_PREFIX!r}, which the engine "
                 "reserves for its own columns. Fix: rename the column"
+            )
+        odd = [ch for ch in ".`" if ch in name]
+        if odd:
+            fixed = name.replace(".", "_").replace("`", "")
+            raise ValueError(
+                f"payload column {name!r} has {' and '.join(repr(ch) for ch in odd)} in its "
+                "name; expected a name without '.' or '`' (Spark SQL reads 'a.b' as field 'b' "
+                f"of a struct 'a'). Fix: rename the column, e.g. {fixed!r}"
             )
 
 

@@ -227,6 +227,18 @@ def test_an_output_column_the_engine_reserves_or_a_duplicate_fails_when_built(ap
         _query(app, _input().tumbling_window(US10).group_by("id").aggregate(id=F.count("*")))
 
 
+def test_a_column_name_with_a_dot_fails_when_built_naming_the_input_or_the_call(app):
+    # Spark SQL reads `a.b` as field b of a struct a: a payload named so would fail at the
+    # first epoch with Spark's unresolved-column error, so it is refused when the query is built
+    script = EventScript().insert("d", point(1, {"a.b": 1}))
+    config = MemoryInputConfig(script=script, schema="`a.b` int")
+    dotted = Stream.create("d", MemoryInputFactory(), config, EventShape.POINT)
+    with pytest.raises(QueryBuildError, match=r"input 'd': payload column 'a.b' has '.'.*'a_b'"):
+        _query(app, dotted)
+    with pytest.raises(QueryBuildError, match=r"select\(.*'v.2' has '.'.*Fix: .*'v_2'"):
+        _query(app, _input().select("id", F.col("v").alias("v.2")))
+
+
 @pytest.mark.parametrize("start_fn", [lambda s: s / 2, lambda s: s.cast("string")])
 def test_a_start_fn_that_does_not_return_ticks_fails_when_built(app, start_fn):
     # s / 2 is a double: an event at tick 1 would start at 0.5
