@@ -15,10 +15,15 @@ over all groups as if it were one. Why the output and the CTIs are those of the 
   input CTI alone; every group's input CTI is the input's CTI.
 * a window grouped by the keys (and its own keys): its results per group are the group's own;
   its CTI pull-back depends on the grid alone, the same for every group and for the empty one.
-* a join or anti-join of two streams of the group, also on the keys: pairs within a group only;
-  against another stream (on its own ``on``; the group's stream on the left, which carries the
-  keys): each group's events meet all of the other stream's, as per group. CTI: min of the
-  sides' CTIs, and the minimum over groups of ``min(l_g, r)`` is ``min(min_g l_g, r)``.
+  The same for a windowed top-k or apply (their windows' rule), a count window (the last ``n``
+  start times of each group: the input's CTI, unchanged) and a session window (each group's
+  sessions; CTI: the older of the input's and the start of the earliest open session, and the
+  minimum over groups of the earliest open session of each is the earliest of all).
+* a join, anti-join, left outer join or clip of two streams of the group, also on the keys:
+  pairs (or cuts) within a group only; against another stream (on its own ``on``; the group's
+  stream on the left, which carries the keys): each group's events meet all of the other
+  stream's, as per group. CTI: min of the sides' CTIs, and the minimum over groups of
+  ``min(l_g, r)`` is ``min(min_g l_g, r)``.
 * a union of the group's own streams: per group it is the union of their groups.
 
 Every CTI rule of these is monotone in its input CTIs and the same function for every group,
@@ -44,18 +49,23 @@ from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.events import EventShape
 from ctistream.engine.plan import (
     AntiJoinNode,
+    ClipNode,
+    CountWindowNode,
     GroupApplyNode,
     GroupNode,
     InputNode,
     JoinNode,
+    LeftOuterJoinNode,
     LifetimeNode,
     MergeNode,
     Node,
     SelectNode,
+    SessionWindowNode,
     SnapshotNode,
     UnionNode,
     WhereNode,
     WindowNode,
+    WindowRowsNode,
 )
 from ctistream.engine.rows import EpochCache, Flow
 from pyspark.sql import Column
@@ -137,7 +147,7 @@ def _select(r: _Rewrite, node: SelectNode) -> Node:
     return _child(r, node)
 
 
-def _snapshot(r: _Rewrite, node: SnapshotNode) -> Node:
+def _snapshot(r: _Rewrite, node: SnapshotNode | WindowRowsNode) -> Node:
     raise r.error(
         node,
         "is not supported inside group_apply yet: a snapshot's boundaries and CTI depend on "
@@ -162,7 +172,11 @@ def _grouped(r: _Rewrite, node: Any) -> Node:
     return replace(node, child=r.node(node.child), keys=missing + node.keys)
 
 
-def _window(r: _Rewrite, node: WindowNode) -> Node:
+def _window(r: _Rewrite, node: WindowNode | CountWindowNode | SessionWindowNode) -> Node:
+    """A window of any kind (tumbling, hopping, count, session; windowed top-k and apply) per
+    group: grouped by the keys too, unless its input may hold events that end at +inf."""
+    if isinstance(node, WindowRowsNode) and node.size == 0:  # over snapshots
+        return _snapshot(r, node)
     if _may_end_at_inf(node.child):
         raise r.error(
             node,
@@ -175,7 +189,7 @@ def _window(r: _Rewrite, node: WindowNode) -> Node:
     return _grouped(r, node)
 
 
-def _join(r: _Rewrite, node: JoinNode | AntiJoinNode) -> Node:
+def _join(r: _Rewrite, node: JoinNode | AntiJoinNode | LeftOuterJoinNode | ClipNode) -> Node:
     left, right = r.of_group(node.left), r.of_group(node.right)
     if not left:
         raise r.error(
@@ -202,10 +216,7 @@ def _union(r: _Rewrite, node: UnionNode) -> Node:
 
 
 #: How each node kind inside ``fn`` takes the group keys (module docstring); a kind not here is
-#: refused inside group_apply. Not here yet, so refused: count and session windows, windowed
-#: top-k and apply, left outer joins and clips. Each would take the keys as ``_grouped`` (the
-#: window-like ones: their CTI rules are monotone and the same for every group, or already a
-#: minimum over groups) or ``_join`` (the join-like ones) does, once tested against the reference.
+#: refused inside group_apply.
 TAKES_KEYS: dict[type[Node], Callable[[_Rewrite, Any], Node]] = {
     WhereNode: _child,
     SelectNode: _select,
@@ -214,9 +225,14 @@ TAKES_KEYS: dict[type[Node], Callable[[_Rewrite, Any], Node]] = {
     GroupNode: _child,  # a group_apply inside fn: its groups within ours
     GroupApplyNode: _child,
     WindowNode: _window,
+    CountWindowNode: _window,
+    SessionWindowNode: _window,
+    WindowRowsNode: _window,
     SnapshotNode: _snapshot,
     JoinNode: _join,
     AntiJoinNode: _join,
+    LeftOuterJoinNode: _join,
+    ClipNode: _join,
     UnionNode: _union,
 }
 

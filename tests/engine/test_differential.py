@@ -1185,14 +1185,16 @@ def compositions(draw, names: tuple[str, ...], budget: int):
 def group_fns(draw, names: tuple[str, ...], budget: int):
     """``(reference fn, Spark fn, operators used)``: a sub-query of ``group_apply`` over the
     group's stream, payload ``(k, v)``, of at most ``budget`` operators: the unary operators,
-    windows (grouped by ``k``, the group key, or not: the key is in every result), unions of the
-    group's own streams, joins and anti-joins on ``k`` with the group's stream on the left and,
-    on the right, the group's stream or another composition. A window reads its events with a
-    duration of 4 (group_apply windows no events that may end at +inf)."""
+    windows of every kind but snapshots (grouped by ``k``, the group key, or not: the key is in
+    every result), unions of the group's own streams, joins, anti-joins, left outer joins and
+    clips on ``k`` with the group's stream on the left and, on the right, the group's stream or
+    another composition. A window reads its events with a duration of 4 (group_apply windows no
+    events that may end at +inf)."""
     if budget == 0 or draw(st.integers(0, 3)) == 0:
         return (lambda g: g), (lambda s, g: g), 0
-    op = draw(st.sampled_from(["unary", "window", "union", "join", "anti_join"]))
-    if op in ("union", "join", "anti_join"):
+    binary = ["union", "join", "anti_join", "left_outer_join", "clip"]
+    op = draw(st.sampled_from(["unary", "window", "count", "session", "top_k", "apply", *binary]))
+    if op in binary:
         lf, lb, ln = draw(group_fns(names, budget - 1))
         if op == "union" or draw(st.booleans()):
             rf, rb, rn = draw(group_fns(names, budget - 1 - ln))
@@ -1212,6 +1214,23 @@ def group_fns(draw, names: tuple[str, ...], budget: int):
                 (lambda s, g: lb(s, g).anti_join(rb(s, g), on="k")),
                 used,
             )
+        if op == "clip":
+            return (
+                (lambda g: ClipEventDuration(lf(g), rf(g), ("k",))),
+                (lambda s, g: lb(s, g).clip_event_duration(rb(s, g), on="k")),
+                used,
+            )
+        if op == "left_outer_join":  # v: the right v, or -1 where no right event matched
+            outer_v = F.coalesce(F.col("right_v"), F.lit(-1)).alias("v")
+            return (
+                (
+                    lambda g: Select(
+                        LeftOuterJoin(lf(g), rf(g), ("k",), COLUMNS), _right_v_or_minus_one
+                    )
+                ),
+                (lambda s, g: lb(s, g).left_outer_join(rb(s, g), on="k").select("k", outer_v)),
+                used,
+            )
         v = (F.col("v") + F.col("right_v")).alias("v")
         return (
             (
@@ -1226,8 +1245,10 @@ def group_fns(draw, names: tuple[str, ...], budget: int):
     if op == "unary":
         ref, spark = UNARY[draw(st.sampled_from(sorted(UNARY)))]
         return (lambda g: ref(cf(g))), (lambda s, g: spark(cb(s, g))), cn + 1
-    size, hop = draw(st.sampled_from([(10, 5), (8, 8)]))
     keys = draw(st.sampled_from([(), ("k",)]))  # the group key, in the result either way
+    if op != "window":
+        return (*_group_window(draw, op, cf, cb, keys), cn + 1)
+    size, hop = draw(st.sampled_from([(10, 5), (8, 8)]))
 
     def ref_window(g):
         return Window(AlterEventDuration(cf(g), 4), size, hop, keys, (("v", len),))
@@ -1237,6 +1258,52 @@ def group_fns(draw, names: tuple[str, ...], budget: int):
         return (windowed.group_by(*keys) if keys else windowed).aggregate(v=F.count("*"))
 
     return ref_window, spark_window, cn + 1
+
+
+def _group_window(draw, op: str, cf, cb, keys: tuple[str, ...]) -> tuple:
+    """``(reference fn, Spark fn)``: a count or session window, or a windowed top-k or apply
+    (tumbling or hopping), over ``cf``/``cb`` given a duration of 4, grouped by ``keys``; the
+    payload stays ``(k, v)``."""
+    if op in ("count", "session"):
+        node, call = COUNT_SESSION[
+            draw(st.sampled_from(sorted(w for w in COUNT_SESSION if w.startswith(op))))
+        ]
+        return (
+            (lambda g: node(AlterEventDuration(cf(g), 4), keys, (("v", len),))),
+            (
+                lambda s, g: _by(call(cb(s, g).alter_event_duration(TICK * 4)), keys).aggregate(
+                    v=F.count("*")
+                )
+            ),
+        )
+    size, hop = draw(st.sampled_from([w for w in ROW_WINDOWS if w[0]]))  # no snapshots
+
+    def cut(s, g):
+        return _by(windowed(cb(s, g).alter_event_duration(TICK * 4), size, hop), keys)
+
+    if op == "apply":
+        return (
+            (
+                lambda g: Apply(
+                    AlterEventDuration(cf(g), 4), size, hop, keys, distinct_values, ("v",)
+                )
+            ),
+            (lambda s, g: cut(s, g).apply(distinct_values, "v bigint")),
+        )
+    v = (F.col("v") + F.col("rank")).alias("v")
+    return (
+        (
+            lambda g: Select(
+                TopK(AlterEventDuration(cf(g), 4), size, hop, keys, 2, (("v", False, False),)),
+                lambda p: {"k": p["k"], "v": p["v"] + p["rank"]},
+            )
+        ),
+        (lambda s, g: cut(s, g).top_k(2, F.col("v").desc()).select("k", v)),
+    )
+
+
+def _by(windowed_stream, keys: tuple[str, ...]):
+    return windowed_stream.group_by(*keys) if keys else windowed_stream
 
 
 @given(

@@ -19,12 +19,15 @@ from ctistream.adapters.memory import (
 )
 from ctistream.bindings import Stream
 from ctistream.engine import (
+    MAX_TIME,
     TICK,
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
     AdvanceTimeSettings,
     EventShape,
+    cti,
+    interval,
     point,
 )
 from ctistream.engine.errors import QueryBuildError
@@ -42,6 +45,7 @@ from tests.reference import (
     GroupApply,
     Input,
     MergeSubstreams,
+    SessionWindow,
     ShiftEventTime,
     Union,
     Window,
@@ -109,6 +113,46 @@ def test_with_no_events_the_output_cti_is_fn_over_an_empty_input(app):
     inputs = {"a": In(EventShape.POINT, EVERY, schema="k string, v bigint")}
     out, _ = spark_run(app, hand.ctis_only_script(), inputs, build, EventShape.POINT, [1])
     assert out == hand.CTIS_ONLY_OUT
+
+
+@pytest.mark.parametrize("epochs", [1, [2, 4]])
+def test_sessions_inside_group_apply_are_each_groups_own_and_the_cti_waits_for_the_oldest(
+    app, epochs
+):
+    # Points (lifetime [t, t+1)) of groups x at 0, 2, 9 and y at 1, 8; a CTI at each start,
+    # +inf at the stop. fn: session_window(3) with no group_by: per group its own sessions.
+    #   x: 0 opens [0, reach 1+3=4); 2 < 4 joins (reach 3+3=6); 9 >= 6 opens [9, 13).
+    #   y: 1 opens [1, 5); 8 >= 5 opens [8, 12).
+    # CTI rule per group: min(c, start of the group's earliest open session); the output CTI is
+    # the minimum over groups (an empty group gives c):
+    #   c=0: x open from 0 -> 0.  c=1, c=2: x open from 0 -> 0 again (not emitted).
+    #   c=8: x's [0, 6) and y's [1, 5) closed (end <= 8) and released; y open from 8 -> 8.
+    #   c=9: x open from 9, y from 8 -> 8 (not emitted).  +inf: y's [8, 12) and x's [9, 13).
+    # Over all events at once (no groups) 0, 1, 2 would make one session [0, 6) of 3 events.
+    script = EventScript()
+    for k, t in (("x", 0), ("y", 1), ("x", 2), ("y", 8), ("x", 9)):
+        script.insert("a", point(t, {"k": k, "v": t}))
+    hand_worked = [
+        cti(0),
+        interval(0, 6, {"k": "x", "n": 2}),
+        interval(1, 5, {"k": "y", "n": 1}),
+        cti(8),
+        interval(8, 12, {"k": "y", "n": 1}),
+        interval(9, 13, {"k": "x", "n": 1}),
+        cti(MAX_TIME),
+    ]
+    plan = GroupApply(Input("a"), ("k",), lambda g: SessionWindow(g, 3, None, (), (("n", len),)))
+    expected = run_reference(script, [Binding("a", EVERY, ("k", "v"))], plan, EventShape.INTERVAL)
+    assert expected.output == hand_worked
+
+    def build(s):
+        return s["a"].group_apply(
+            "k", lambda g: g.session_window(TICK * 3).aggregate(n=F.count("*"))
+        )
+
+    inputs = {"a": In(EventShape.POINT, EVERY, schema="k string, v bigint")}
+    out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, epochs)
+    assert out == hand_worked
 
 
 def _stream(name: str = "a", script: EventScript | None = None, **kwargs) -> Stream:
@@ -183,7 +227,7 @@ def test_a_select_that_drops_a_key_is_refused_naming_the_key_and_the_select():
     )
 
 
-def test_an_aggregate_named_as_a_key_is_refused():
+def test_an_aggregate_named_as_a_key_is_refused(app):  # F.count needs the session
     with pytest.raises(QueryBuildError) as error:
         _stream().group_apply("k", lambda g: g.tumbling_window(TICK * 10).aggregate(k=F.count("*")))
     assert str(error.value) == (
@@ -240,9 +284,11 @@ def test_a_union_with_another_stream_is_refused():
         _stream().group_apply("k", lambda g: g.union(other))
 
 
-def test_a_snapshot_inside_group_apply_is_refused_with_the_fix():
+def test_a_snapshot_inside_group_apply_is_refused_with_the_fix(app):
     with pytest.raises(QueryBuildError, match=r"snapshot_window.*is not supported inside"):
         _stream().group_apply("k", lambda g: g.snapshot_window().aggregate(n=F.count("*")))
+    with pytest.raises(QueryBuildError, match=r"snapshot_window.*top_k.*is not supported inside"):
+        _stream().group_apply("k", lambda g: g.snapshot_window().top_k(1, F.col("v").desc()))
 
 
 # -- substreams: the key kept ----------------------------------------------------------------------
