@@ -611,7 +611,7 @@ def _calls(col: Column) -> list[tuple[str, list[Column], bool, bool]]:
         if fn in names:
             args = node.arguments()
             cols = [
-                ClassicColumn(jvm.org.apache.spark.sql.Column(args.apply(j)))
+                ClassicColumn(getattr(jvm, "org.apache.spark.sql.Column")(args.apply(j)))
                 for j in range(args.size())
             ]
             found.append((fn, cols, bool(node.isDistinct()), whole))
@@ -643,7 +643,7 @@ def _call(col: Column) -> tuple[str, Column] | None:
         if node.isDistinct() or node.isUserDefinedFunction() or node.arguments().size() != 1:
             return None
         jvm = SparkContext._jvm
-        arg = ClassicColumn(jvm.org.apache.spark.sql.Column(node.arguments().apply(0)))
+        arg = ClassicColumn(getattr(jvm, "org.apache.spark.sql.Column")(node.arguments().apply(0)))
         return str(node.functionName()).lower(), arg
     except Exception:  # not a call this operator can take apart: keep events
         return None
