@@ -57,6 +57,7 @@ from ctistream.engine.exact import (
     moment_column,
     sum_column,
 )
+from ctistream.engine.reuse import once
 from ctistream.engine.rows import (
     CTI,
     EDGE,
@@ -258,7 +259,10 @@ def window_aggregate(
     exact = state.exact
     if exact is None:  # decided once, at the operator's first epoch
         exact = exact_aggregates(spec.aggregates, new, _where(spec))
-    merges = _merges(spec, exact) if spec.per_window is None else None
+    # the same Columns every epoch: built once per query (engine.reuse)
+    merges = None
+    if spec.per_window is None:
+        merges = once(spec, tuple(exact), lambda: _merges(spec, exact))
     merging = state.partial
     if merging is None:  # decided once, at the operator's first epoch
         merging = keyed is None and merges is not None and not _sums_decimals(new, merges[1])
