@@ -241,10 +241,11 @@ def ingress_epoch(
                 F.lit("flush").alias(_SRC),
             )
         )
-    every_partition = F.explode(F.sequence(F.lit(0), F.lit(n_parts - 1))).alias(_P)
     seq = own
-    for b in broadcast:
-        seq = seq.unionByName(b.select("*", every_partition), allowMissingColumns=True)
+    if broadcast:
+        every_partition = F.explode(F.sequence(F.lit(0), F.lit(n_parts - 1))).alias(_P)
+        for b in broadcast:
+            seq = seq.unionByName(b.select("*", every_partition), allowMissingColumns=True)
 
     # The sequential part of §3, item by item within each source partition, runs as one Arrow
     # function per partition over its rows in arrival order (running counts and maxima in numpy);

@@ -133,7 +133,7 @@ def test_a_steady_epoch_of_a_started_pass_through_stays_under_its_jvm_calls(app)
     counts = []
     try:
         with JvmCalls(app.spark) as calls:
-            for k in range(3):
+            for k in range(2):
                 for seq in range(3 * k, 3 * k + 3):
                     at = t0 + timedelta(seconds=seq)
                     script.insert("events", point(at, {"seq": seq}), arrival=at)
@@ -142,17 +142,16 @@ def test_a_steady_epoch_of_a_started_pass_through_stays_under_its_jvm_calls(app)
                 counts.append(calls.here)
     finally:
         query.stop(flush=False)
-    # a CTI after every event, delay 0: the epochs commit events 0..7 (event 8 waits for the
+    # a CTI after every event, delay 0: the epochs commit events 0..4 (event 5 waits for the
     # next one's CTI)
     got = [
         e.payload["seq"]
         for e in MemoryOutputFactory.collected(out.name)
         if e.kind is EventKind.INSERT
     ]
-    assert got == list(range(8))
-    # the steady epochs (after the first, which plans the query's start): the same count each
-    assert counts[1] == counts[2]
-    assert counts[2] <= CEILING, counts
+    assert got == list(range(5))
+    # the second epoch is a steady one (the first also plans the query's start)
+    assert counts[1] <= CEILING, counts
 
 
 #: JVM calls of a steady pass-through epoch from the thread that steps (see the test above)
