@@ -220,12 +220,18 @@ class _BatchReleasingClient(_ImportCountingClient, JavaClient):
         release = proto.MEMORY_COMMAND_NAME + proto.MEMORY_DEL_SUBCOMMAND_NAME
         try:
             self.send_command("".join(f"{release}{i}\ne\n" for i in ids), retry=False)
-            for _ in ids[1:]:  # the next answer: its command went with the first
-                self.send_command("", retry=False)
-        except Exception:  # as py4j: the objects stay in the JVM; the connection is closed
-            logging.getLogger("py4j.java_gateway").debug(
-                "Exception while garbage collecting objects", exc_info=True
-            )
+        except Exception:
+            return  # as py4j: the objects stay in the JVM
+        # the first answer came back on this thread's connection, unless it failed and py4j
+        # closed it: then the JVM's end of it is closed too, with the other commands
+        connection = self.get_thread_connection()
+        if connection is None or connection.socket is None:
+            return
+        try:
+            for _ in ids[1:]:  # the answers to the other commands, in order: nothing to send
+                connection.send_command("")
+        except Exception:  # the connection is broken: closed, so the next command opens one
+            connection.close(False)
 
 
 class _ClassCachingView(JVMView):
