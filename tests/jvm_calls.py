@@ -6,9 +6,9 @@ first line: ``c`` a method call, ``r`` a reflection lookup, ``i`` a constructor,
 array's element or length, ``m`` py4j's release of Java objects the Python side no longer
 holds, from its finalizer thread, ...) and by the line of the library's own code that
 issued them (the innermost frame of ``ctistream``'s engine, adapters or bindings; ``other``
-for other threads). The commands sent by the thread that entered the count (:attr:`JvmCalls.here`)
-are deterministic for a given query and input, unlike the seconds, so they are what a test
-can pin; the releases depend on when Python's collector runs.
+for other threads). The commands sent by the thread that entered the count
+(:attr:`JvmCalls.here`) are deterministic for a given query and input, unlike the seconds, so
+they are what a test can pin; the releases depend on when Python's collector runs.
 
 :class:`LiveScriptFactory` makes a scripted input that behaves as a live one (Kafka, Event
 Hubs): each epoch of a started query reads what was appended to the script since the last one
@@ -23,6 +23,9 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import ctistream.adapters
+import ctistream.bindings
+import ctistream.engine
 from ctistream.adapters.memory import (
     MemoryInputAdapter,
     MemoryInputConfig,
@@ -33,8 +36,8 @@ from ctistream.engine.events import EventShape
 
 #: the directories whose code counts as the library's own (engine, adapters, bindings)
 _OWN = tuple(
-    str(Path(__import__(f"ctistream.{m}", fromlist=["_"]).__file__).parent) + "/"
-    for m in ("engine", "adapters", "bindings")
+    f"{Path(str(m.__file__)).parent}/"
+    for m in (ctistream.engine, ctistream.adapters, ctistream.bindings)
 )
 
 #: the functions of engine._spark that send commands for whoever called them
