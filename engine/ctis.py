@@ -101,8 +101,8 @@ def min_of_latest(rows: DataFrame, group: str, initial: list[int], emitted: int)
     if n == 1:
         if initial[0] >= emitted:  # every row rises above initial[0]
             # (and no literal that changes every epoch, which Spark would compile again)
-            return rows.select(POS, CTI)
-        return rows.filter(F.col(CTI) > F.lit(emitted)).select(POS, CTI)
+            return rows.selectExpr(POS, CTI)  # names as SQL text: no call per column
+        return rows.filter(F.col(CTI) > F.lit(emitted)).selectExpr(POS, CTI)
     order = Window.orderBy(POS, group)
     running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     latest = [latest_of(F.col(group) == g, F.col(CTI), initial[g], running) for g in range(n)]

@@ -241,10 +241,11 @@ def ingress_epoch(
                 F.lit("flush").alias(_SRC),
             )
         )
-    every_partition = F.explode(F.sequence(F.lit(0), F.lit(n_parts - 1))).alias(_P)
     seq = own
-    for b in broadcast:
-        seq = seq.unionByName(b.select("*", every_partition), allowMissingColumns=True)
+    if broadcast:
+        every_partition = F.explode(F.sequence(F.lit(0), F.lit(n_parts - 1))).alias(_P)
+        for b in broadcast:
+            seq = seq.unionByName(b.select("*", every_partition), allowMissingColumns=True)
 
     # The sequential part of §3, item by item within each source partition, runs as one Arrow
     # function per partition over its rows in arrival order (running counts and maxima in numpy);
@@ -831,27 +832,27 @@ def _ends(a: DataFrame, payload: list[str]) -> DataFrame:
     in force (``__late``) is matched like the others and ends at ``c`` (semantics §3.4: it closes
     its open START edge there, counted as adjusted; it is never dropped while that edge is open).
     """
-    taken = (F.col(KIND) == Kind.INSERT) & (F.col(EDGE) == "END")
-    return a.filter(taken).select(
+    # SQL text: one py4j call per column, not one per column and operator
+    return a.filter(f"{KIND} = '{Kind.INSERT}' AND {EDGE} = 'END'").selectExpr(
         _P,
-        F.col(START).alias("__os"),
+        f"{START} AS __os",
         END,  # as it came, for errors
-        F.greatest(F.col(END), F.col("__cb")).alias("__ce"),  # the end it closes its edge at
-        F.col("__viol").alias("__late"),
+        f"greatest({END}, __cb) AS __ce",  # the end it closes its edge at
+        "__viol AS __late",
         POS,
-        *payload,
+        *sql_names(payload),
     )
 
 
 def _starts(a: DataFrame, payload: list[str]) -> DataFrame:
     """The epoch's START edges as :func:`_match_edges` matches them."""
-    return a.filter((F.col(KIND) == Kind.INSERT) & (F.col(EDGE) == "START")).select(
+    return a.filter(f"{KIND} = '{Kind.INSERT}' AND {EDGE} = 'START'").selectExpr(
         _P,
-        F.col(START).alias("__os"),
-        F.when(F.col("__adj"), F.col("__cb")).otherwise(F.col(START)).alias("__as"),
-        F.col("__drop").alias("__sdrop"),
-        F.col(POS).alias("__spos"),
-        *payload,
+        f"{START} AS __os",
+        f"CASE WHEN __adj THEN __cb ELSE {START} END AS __as",
+        "__drop AS __sdrop",
+        f"{POS} AS __spos",
+        *sql_names(payload),
     )
 
 

@@ -274,7 +274,9 @@ def _compute_together(rdds: list[Any]) -> None:
         rdds = [r for r in rdds if not _cut_if_computed(r, cached.get(r.id()))]
     if not rdds:
         return
-    together = sc._gateway.new_array(sc._jvm.org.apache.spark.api.java.JavaRDD, len(rdds))
+    together = sc._gateway.new_array(
+        getattr(sc._jvm, "org.apache.spark.api.java.JavaRDD"), len(rdds)
+    )
     for k, rdd in enumerate(rdds):
         together[k] = rdd.toJavaRDD()
     sc._jsc.union(together).count()

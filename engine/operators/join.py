@@ -856,13 +856,12 @@ def _collected_closing(
     both sides' CTIs, and the side's events with every column (for :func:`_held_of_table`)."""
     import pyarrow as pa
 
-    new = flow.events.select(EDGE, START, END, F.col(POS).alias("__np"), *payload)
-    rows = new.withColumn("__src", F.lit(1))
+    # SQL text, one projection each: one py4j call per column, not one per column and operator
+    cols = sql_names(payload)
+    rows = flow.events.selectExpr(EDGE, START, END, f"{POS} AS __np", *cols, "1 AS __src")
     if held is not None:
-        rows = (
-            held.select(START, END, _AT, _OPEN, _CLOSED, *payload)
-            .withColumn("__src", F.lit(0))
-            .unionByName(rows, allowMissingColumns=True)
+        rows = held.selectExpr(START, END, _AT, _OPEN, _CLOSED, *cols, "0 AS __src").unionByName(
+            rows, allowMissingColumns=True
         )
     table, found = _collected(rows, tagged, state.latest, limit)
     if table is None:

@@ -57,6 +57,7 @@ from ctistream.engine.exact import (
     moment_column,
     sum_column,
 )
+from ctistream.engine.reuse import once
 from ctistream.engine.rows import (
     CTI,
     EDGE,
@@ -258,7 +259,10 @@ def window_aggregate(
     exact = state.exact
     if exact is None:  # decided once, at the operator's first epoch
         exact = exact_aggregates(spec.aggregates, new, _where(spec))
-    merges = _merges(spec, exact) if spec.per_window is None else None
+    # the same Columns every epoch: built once per query (engine.reuse)
+    merges = None
+    if spec.per_window is None:
+        merges = once(spec, tuple(exact), lambda: _merges(spec, exact))
     merging = state.partial
     if merging is None:  # decided once, at the operator's first epoch
         merging = keyed is None and merges is not None and not _sums_decimals(new, merges[1])
@@ -611,7 +615,7 @@ def _calls(col: Column) -> list[tuple[str, list[Column], bool, bool]]:
         if fn in names:
             args = node.arguments()
             cols = [
-                ClassicColumn(jvm.org.apache.spark.sql.Column(args.apply(j)))
+                ClassicColumn(getattr(jvm, "org.apache.spark.sql.Column")(args.apply(j)))
                 for j in range(args.size())
             ]
             found.append((fn, cols, bool(node.isDistinct()), whole))
@@ -643,7 +647,7 @@ def _call(col: Column) -> tuple[str, Column] | None:
         if node.isDistinct() or node.isUserDefinedFunction() or node.arguments().size() != 1:
             return None
         jvm = SparkContext._jvm
-        arg = ClassicColumn(jvm.org.apache.spark.sql.Column(node.arguments().apply(0)))
+        arg = ClassicColumn(getattr(jvm, "org.apache.spark.sql.Column")(node.arguments().apply(0)))
         return str(node.functionName()).lower(), arg
     except Exception:  # not a call this operator can take apart: keep events
         return None

@@ -44,3 +44,115 @@ def test_only_classes_found_by_full_name_are_kept(app):
     assert "no.such.Klass" not in vars(jvm)
     cache_jvm_classes(app.spark)  # once per session: again changes nothing
     assert isinstance(vars(jvm)["org.apache.spark.sql.functions"], JavaClass)
+
+
+def test_a_short_name_is_looked_up_once_until_an_import_changes_what_it_names(app):
+    from ctistream.engine._spark import _ClassCachingView
+    from py4j.java_gateway import java_import
+
+    gateway = app.spark.sparkContext._gateway
+    view = gateway.new_jvm_view()  # a view of its own: its imports change no other view's
+    view.__class__ = _ClassCachingView
+    java_import(view, "java.sql.*")
+    assert view.Date._fqn == "java.sql.Date"
+    # found once: PySpark looks PythonUtils up this way for every list it hands the JVM
+    assert _commands(app.spark, lambda: view.Date) == []
+    # a later import can make the short name name another class (a class imported by its name
+    # comes before a package's): it is asked again
+    java_import(view, "java.util.Date")
+    assert _commands(app.spark, lambda: view.Date) == ["r"]
+    assert view.Date._fqn == "java.util.Date"
+
+
+def _bindings(spark) -> int:
+    """The Java objects py4j's gateway holds for the Python side, once Python has collected
+    its garbage and the finalizer thread has had time to release what it dropped."""
+    import gc
+    import time
+
+    gateway = spark.sparkContext._gateway.java_gateway_server.getGateway()
+    for _ in range(50):  # the finalizer thread polls its queue every few ms
+        gc.collect()
+        time.sleep(0.05)
+        if not spark.sparkContext._gateway._gateway_client.finalizer_deque:
+            break
+    return gateway.getBindings().size()
+
+
+def test_java_objects_python_drops_are_released_in_batches(app):
+    from tests.jvm_calls import JvmCalls
+
+    before = _bindings(app.spark)
+    columns = [F.col(f"c{i}") for i in range(500)]  # 500 Java objects
+    assert _bindings(app.spark) == before + 500
+    with JvmCalls(app.spark) as calls:
+        del columns
+        after = _bindings(app.spark)
+    # every one released (py4j's own client: 500 round trips, one per object), in round trips
+    # of up to RELEASE_BATCH releases each
+    assert after == before
+    assert 0 < calls.kinds["m"] <= 10
+
+
+def test_a_steady_epoch_of_a_started_pass_through_stays_under_its_jvm_calls(app):
+    """A started query's small epoch is its plans built over py4j, one round trip a call: the
+    calls of a steady epoch of a pass-through (the points of a live input with a CTI after each
+    straight to the output; benchmarks/driver_calls.py's ``pass`` scenario) are counted, from
+    the thread that steps (the releases of Java objects are counted by the test above).
+
+    Measured here: 203 (26 of them reflection lookups, two per class PySpark names by its short
+    name) before the short names were kept and the per-epoch projections were SQL text, 170
+    after (benchmarks/driver_calls.py counts the same per line)."""
+    from datetime import UTC, datetime, timedelta
+
+    from ctistream.adapters.memory import (
+        EventScript,
+        MemoryInputConfig,
+        MemoryOutputConfig,
+        MemoryOutputFactory,
+    )
+    from ctistream.bindings import Stream
+    from ctistream.engine import (
+        AdvanceTimeGenerationSettings,
+        AdvanceTimeSettings,
+        EventKind,
+        EventShape,
+        point,
+    )
+
+    from tests.jvm_calls import JvmCalls, LiveScriptFactory
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    script = EventScript().declare("events", "0")
+    every_event = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0)))
+    config = MemoryInputConfig(script=script, schema="seq long")
+    stream = Stream.create("events", LiveScriptFactory(), config, EventShape.POINT, every_event)
+    out = MemoryOutputConfig(name="driver-jvm-pass")
+    query = stream.to_query(app, out.name, MemoryOutputFactory(), out, EventShape.POINT)
+    query.start(trigger=None)
+    counts = []
+    try:
+        with JvmCalls(app.spark) as calls:
+            for k in range(2):
+                for seq in range(3 * k, 3 * k + 3):
+                    at = t0 + timedelta(seconds=seq)
+                    script.insert("events", point(at, {"seq": seq}), arrival=at)
+                calls.reset()
+                query.step()
+                counts.append(calls.here)
+    finally:
+        query.stop(flush=False)
+    # a CTI after every event, delay 0: the epochs commit events 0..4 (event 5 waits for the
+    # next one's CTI)
+    got = [
+        e.payload["seq"]
+        for e in MemoryOutputFactory.collected(out.name)
+        if e.kind is EventKind.INSERT
+    ]
+    assert got == list(range(5))
+    # the second epoch is a steady one (the first also plans the query's start)
+    assert counts[1] <= CEILING, counts
+
+
+#: JVM calls of a steady pass-through epoch from the thread that steps (see the test above)
+CEILING = 175
