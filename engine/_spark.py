@@ -182,58 +182,6 @@ class _ImportCountingClient:
         return super().send_command(command, *args, **kwargs)  # type: ignore[misc]
 
 
-#: at most this many Java objects released in one round trip (:class:`_BatchReleasingClient`)
-RELEASE_BATCH = 200
-
-
-class _BatchReleasingClient(_ImportCountingClient, JavaClient):
-    """PySpark's py4j client (pinned threads) with the Java objects that Python no longer holds
-    released in batches. py4j tells the JVM about each such object in a round trip of its own,
-    sent by its finalizer thread from a queue: about a third of an epoch's calls to the JVM,
-    competing with the epoch's own calls for the driver's interpreter and the JVM. Here that
-    thread sends, in one write on its connection, the release of the object it took from the
-    queue and of up to :data:`RELEASE_BATCH` - 1 more waiting there, then reads their answers:
-    the JVM's end of the connection reads and answers commands one after the other, so it
-    releases the same objects, in the same order, as one by one. Nothing else is sent on that
-    connection meanwhile (it is the finalizer thread's own)."""
-
-    def garbage_collect_object(self, target_id: str, enqueue: bool = True) -> None:
-        if enqueue:  # from the finalizer of a Java object: into the queue, as py4j does
-            JavaClient.garbage_collect_object(self, target_id, True)
-            return
-        ids = [target_id]
-        queue = self.finalizer_deque
-        while len(ids) < RELEASE_BATCH:
-            try:
-                task = queue.pop()
-            except IndexError:
-                break
-            if type(task) is tuple and task[0] is self:
-                ids.append(task[1])
-            else:  # the mark that stops the thread, or another client's: next in line again
-                queue.append(task)
-                break
-        special = (proto.ENTRY_POINT_OBJECT_ID, proto.GATEWAY_SERVER_OBJECT_ID)
-        ids = [i for i in ids if i not in special]
-        if not ids or not self.is_connected:
-            return
-        release = proto.MEMORY_COMMAND_NAME + proto.MEMORY_DEL_SUBCOMMAND_NAME
-        try:
-            self.send_command("".join(f"{release}{i}\ne\n" for i in ids), retry=False)
-        except Exception:
-            return  # as py4j: the objects stay in the JVM
-        # the first answer came back on this thread's connection, unless it failed and py4j
-        # closed it: then the JVM's end of it is closed too, with the other commands
-        connection = self.get_thread_connection()
-        if connection is None or connection.socket is None:
-            return
-        try:
-            for _ in ids[1:]:  # the answers to the other commands, in order: nothing to send
-                connection.send_command("")
-        except Exception:  # the connection is broken: closed, so the next command opens one
-            connection.close(False)
-
-
 class _ClassCachingView(JVMView):
     """py4j's view of the driver's JVM (``SparkContext._jvm``), keeping each class it finds by
     its full name, and each class its static methods. py4j asks the JVM again at every lookup:
@@ -266,23 +214,31 @@ class _ClassCachingView(JVMView):
 
 def cache_jvm_classes(session: SparkSession) -> None:
     """Make the driver's view of the JVM keep the classes it finds (:class:`_ClassCachingView`);
-    a lookup that found one then costs no round trip. Its client releases Java objects in
-    batches (:class:`_BatchReleasingClient`). Once per session; a view or client that is not
-    py4j's own is left as it is."""
+    a lookup that found one then costs no round trip. Once per session; a view or client that
+    is not py4j's own is left as it is."""
     jvm = session.sparkContext._jvm
     if type(jvm) is not JVMView:
         return
     client = jvm._gateway_client
-    if type(client) is JavaClient:
-        client.__class__ = _BatchReleasingClient
-    elif type(client) is GatewayClient:
-        client.__class__ = _ImportCountingGatewayClient
+    counting = _COUNTING.get(type(client))
+    if counting is not None:
+        client.__class__ = counting
     jvm.__class__ = _ClassCachingView
 
 
+class _ImportCountingJavaClient(_ImportCountingClient, JavaClient):
+    """PySpark's py4j client (pinned threads), counting imports."""
+
+
 class _ImportCountingGatewayClient(_ImportCountingClient, GatewayClient):
-    """py4j's client without pinned threads (``PYSPARK_PIN_THREAD=false``): its connections
-    are pooled, so releases are not batched."""
+    """py4j's client without pinned threads (``PYSPARK_PIN_THREAD=false``), counting imports."""
+
+
+#: py4j's own client classes and their import-counting subclasses
+_COUNTING: dict[type, type] = {
+    JavaClient: _ImportCountingJavaClient,
+    GatewayClient: _ImportCountingGatewayClient,
+}
 
 
 def job_ids(sc: SparkContext, group: str | None) -> list[int]:
