@@ -31,6 +31,7 @@ from ctistream.engine import (
     point,
 )
 from ctistream.engine.progress import RECENT
+from pyspark.sql import functions as F
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = 1_000_000
@@ -316,3 +317,116 @@ def test_records_continue_right_after_a_restart_on_the_checkpoint(app, tmp_path)
         0,
         iso(5),
     )
+
+
+# -- state rows (engine.rows.state_rows): counted by the jobs that compute the state ----------
+# Three epochs, cut at arrivals 200 s and 300 s; every input's CTIs explicit. Times in seconds.
+
+
+def _window_script() -> EventScript:
+    s = EventScript()
+    for t, k, arrival in ((1, 1, 100), (3, 2, 101), (12, 1, 102)):
+        s.insert("a", point(at(t), {"k": k}), arrival=at(arrival))
+    s.cti("a", at(5), arrival=at(103))
+    # -- epoch 1
+    s.insert("a", point(at(14), {"k": 2}), arrival=at(200))
+    s.insert("a", point(at(15), {"k": 1}), arrival=at(201))
+    s.cti("a", at(12), arrival=at(202))
+    # -- epoch 2
+    s.insert("a", point(at(25), {"k": 1}), arrival=at(300))
+    s.cti("a", at(22), arrival=at(301))
+    return s
+
+
+def _count_script() -> EventScript:
+    s = EventScript()
+    for t, k, arrival in ((1, 1, 100), (2, 2, 101), (3, 1, 102), (7, 1, 103)):
+        s.insert("a", point(at(t), {"k": k}), arrival=at(arrival))
+    s.cti("a", at(5), arrival=at(104))
+    # -- epoch 1
+    s.insert("a", point(at(9), {"k": 2}), arrival=at(200))
+    s.insert("a", point(at(11), {"k": 1}), arrival=at(201))
+    s.cti("a", at(10), arrival=at(202))
+    # -- epoch 2
+    s.cti("a", at(20), arrival=at(300))
+    return s
+
+
+def _two_sided_script() -> EventScript:
+    s = EventScript()
+    s.insert("l", point(at(6), {"k": 1}), arrival=at(100))
+    s.insert("r", interval(at(2), at(20), {"k": 1, "v": 1}), arrival=at(101))
+    s.insert("r", interval(at(3), at(4), {"k": 2, "v": 2}), arrival=at(102))
+    s.cti("l", at(5), arrival=at(103))
+    s.cti("r", at(5), arrival=at(104))
+    # -- epoch 1
+    s.insert("l", point(at(8), {"k": 1}), arrival=at(200))
+    s.insert("r", interval(at(7), at(9), {"k": 1, "v": 3}), arrival=at(201))
+    s.cti("l", at(10), arrival=at(202))
+    s.cti("r", at(7), arrival=at(203))
+    # -- epoch 2
+    s.insert("r", interval(at(25), at(40), {"k": 1, "v": 4}), arrival=at(300))
+    s.cti("l", at(30), arrival=at(301))
+    s.cti("r", at(25), arrival=at(302))
+    return s
+
+
+def _state_query(app, case: str, name: str):
+    def input_(n, script, schema, shape=EventShape.POINT):
+        config = MemoryInputConfig(script=script, schema=schema)
+        return Stream.create(
+            n, MemoryInputFactory(), config, shape, explicit_ctis(AdvanceTimePolicy.DROP)
+        )
+
+    if case == "window":
+        a = input_("a", _window_script(), "k int")
+        stream = a.tumbling_window(timedelta(seconds=10)).group_by("k").aggregate(n=F.count("*"))
+    elif case == "count":
+        a = input_("a", _count_script(), "k int")
+        stream = a.count_window(2).group_by("k").aggregate(n=F.count("*"))
+    else:
+        script = _two_sided_script()
+        left = input_("l", script, "k int")
+        right = input_("r", script, "k int, v int", EventShape.INTERVAL)
+        stream = left.join(right, on="k")
+    return stream.to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
+    )
+
+
+STATE_ROWS = {
+    # Tumbling windows of 10 s by k, a count per window (partial aggregates kept: one row per
+    # open window and group). Epoch 0, CTI 5: none complete; open [0, 10) k=1 (1 s), k=2 (3 s)
+    # and [10, 20) k=1 (12 s): 3. Epoch 1, CTI 12: [0, 10) completes; open [10, 20) k=1 (12,
+    # 15 s), k=2 (14 s): 2. Epoch 2, CTI 22: [10, 20) completes; open [20, 30) k=1 (25 s): 1.
+    "window": [3, 2, 1],
+    # Count windows of 2 distinct starts by k: the last n - 1 = 1 start below the CTI per group,
+    # and every event at or after it. Epoch 0, CTI 5: k=1's 3 s (1 s is older), k=2's 2 s, and
+    # 7 s: 3. Epoch 1, CTI 10: k=1's 7 s, k=2's 9 s, and 11 s: 3. Epoch 2, CTI 20: k=1's 11 s,
+    # k=2's 9 s: 2.
+    "count": [3, 3, 2],
+    # The join holds a left event while it ends after the right's latest CTI, a right one while
+    # it ends after the left's. Epoch 0 (l 5, r 5): the point at 6 s (ends 6 s + 1 tick > 5) and
+    # [2, 20) (20 > 5; [3, 4) ends by 5): 1 + 1. Epoch 1 (l 10, r 7): the point at 8 s (the one
+    # at 6 s ends by 7) and [2, 20) ([7, 9) ends by 10): 1 + 1. Epoch 2 (l 30, r 25): no left
+    # event ends after 25; [25, 40) (40 > 30): 0 + 1.
+    "join": [2, 2, 1],
+}
+
+
+@pytest.mark.parametrize("case", sorted(STATE_ROWS))
+def test_state_rows_are_the_rows_each_epoch_leaves_held(app, case):
+    # each record's state_rows as worked by hand (STATE_ROWS), and as operator_metrics()
+    # counts them with a job of its own, called right after each epoch
+    name = f"state-rows-{case}-{uuid.uuid4().hex[:6]}"
+    query = _state_query(app, case, name)
+    seen = []
+
+    def on_progress(record):
+        [(op, entry)] = record["operators"].items()
+        seen.append((entry["state_rows"], query.operator_metrics()[op]["state_rows"]))
+
+    query.run(epochs=[at(200), at(300)], on_progress=on_progress)
+    app.queries.pop(name, None)
+    assert [s for s, _ in seen] == STATE_ROWS[case]
+    assert [m for _, m in seen] == STATE_ROWS[case]
