@@ -430,3 +430,66 @@ def test_state_rows_are_the_rows_each_epoch_leaves_held(app, case):
     app.queries.pop(name, None)
     assert [s for s, _ in seen] == STATE_ROWS[case]
     assert [m for _, m in seen] == STATE_ROWS[case]
+
+
+def test_counting_state_rows_adds_no_spark_job_to_an_epoch(app, monkeypatch):
+    # The same join run twice: once as it runs, once with its state checkpointed without the
+    # observed count (engine.rows.counted_checkpoint as the plain lazy checkpoint it adds the
+    # count to). Each epoch starts as many Spark jobs either way, and the output is the same.
+    from ctistream.engine import rows
+    from ctistream.engine.operators import join as join_module
+    from ctistream.engine.operators import window as window_module
+
+    def run(tag: str) -> tuple[list[int], list[int | None], list]:
+        name = f"state-rows-jobs-{tag}-{uuid.uuid4().hex[:6]}"
+        query = _state_query(app, "join", name)
+        query.run(epochs=[at(200), at(300)])
+        app.queries.pop(name, None)
+        records = query.recent_progress
+        jobs = [r["spark_jobs"] for r in records]
+        return (
+            jobs,
+            [r["operators"]["2:join"]["state_rows"] for r in records],
+            [(e.kind, e.start, e.end, e.payload) for e in MemoryOutputFactory.collected(name)],
+        )
+
+    counted = run("counted")
+
+    def uncounted(df, aggregates):
+        return rows.checkpoint(df, eager=False), [None] * len(aggregates)
+
+    for module in (rows, join_module, window_module):
+        monkeypatch.setattr(module, "counted_checkpoint", uncounted)
+    plain = run("plain")
+    assert counted[1] == STATE_ROWS["join"] and plain[1] == [None] * 3
+    assert counted[0] == plain[0] and all(n >= 1 for n in counted[0])
+    assert counted[2] == plain[2]
+
+
+def test_the_join_s_records_count_the_events_it_holds(joined):
+    # _join_script: after epoch 0 (l's CTI 5, r's 5) the join holds r's [0, 10) and [5, 8)
+    # (adjusted), both ending after l's CTI 5; l's point at 1 s ends by r's CTI: 2 (README's
+    # example). After epoch 1 (CTIs 20) every event ends by the other side's CTI: 0.
+    query, *_ = joined
+    assert [r["operators"]["2:join"]["state_rows"] for r in query.recent_progress] == [2, 0]
+
+
+def test_state_rows_right_after_a_restart_on_a_state_snapshot(app, tmp_path):
+    # _two_sided_script read whole by a started query's first epoch: at l's CTI 30 and r's 25 the
+    # join holds r's [25, 40) (STATE_ROWS["join"]'s last epoch): 1. The query is left as a crash
+    # leaves it after the snapshot of that epoch; the next one restores the snapshot and runs
+    # epoch 1, which reads nothing and holds the same event, counted again.
+    ckpt, tag = tmp_path / "ckpt", uuid.uuid4().hex[:6]
+    first = _state_query(app, "join", f"restart-rows-{tag}-1")
+    first.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
+    first.step()
+    again = _state_query(app, "join", f"restart-rows-{tag}-2")
+    again.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
+    again.step()
+    [before], [after] = first.recent_progress, again.recent_progress
+    assert (before["epoch"], after["epoch"]) == (0, 1)
+    assert before["operators"]["2:join"]["state_rows"] == 1
+    assert after["operators"]["2:join"]["state_rows"] == 1
+    assert again.operator_metrics()["2:join"]["state_rows"] == 1
+    for query in (first, again):
+        app.queries.pop(query.name, None)
