@@ -286,10 +286,14 @@ def state_rows(df: DataFrame) -> int | None:
     found = _rows.get(df)
     if not isinstance(found, _Counter):
         return found
-    value = found.acc.lastAttemptValueForAllRDDs()
-    if not value.isDefined():  # Spark could not tell the last attempts apart
-        return None
-    n = int(value.get().getLong(found.index))
+    try:
+        value = found.acc.lastAttemptValueForAllRDDs()
+    except Py4JError:  # under a legacy setting, an accumulator that adds every attempt
+        n = int(found.acc.value().getLong(found.index))
+    else:
+        if not value.isDefined():  # Spark could not tell the last attempts apart
+            return None
+        n = int(value.get().getLong(found.index))
     _rows[df] = n  # read once: the accumulator is no longer needed
     return n
 
