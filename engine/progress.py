@@ -4,8 +4,9 @@ After every epoch that succeeded, the runtime builds one record (Structured Stre
 ``StreamingQueryProgress``), keeps it (``query.last_progress``, ``query.recent_progress``: the
 last :data:`RECENT`), logs it as one JSON line on the ``ctistream.progress`` logger at INFO and
 hands it to the query's ``on_progress`` callback. The record is made on the driver from what the
-epoch left there anyway (the inputs' ingress counts and CTIs, the operators' CTIs, the released
-output items, the wall clock, Spark's status tracker): making it runs no Spark job.
+epoch left there anyway (the inputs' ingress counts and CTIs, the operators' CTIs and the rows
+of their state as the jobs that computed it counted them, the released output items, the wall
+clock, Spark's status tracker): making it runs no Spark job.
 
 Keys (``docs/decisions.md``, "Progress records", says why each is what it is)::
 
