@@ -4,8 +4,9 @@ After every epoch that succeeded, the runtime builds one record (Structured Stre
 ``StreamingQueryProgress``), keeps it (``query.last_progress``, ``query.recent_progress``: the
 last :data:`RECENT`), logs it as one JSON line on the ``ctistream.progress`` logger at INFO and
 hands it to the query's ``on_progress`` callback. The record is made on the driver from what the
-epoch left there anyway (the inputs' ingress counts and CTIs, the operators' CTIs, the released
-output items, the wall clock, Spark's status tracker): making it runs no Spark job.
+epoch left there anyway (the inputs' ingress counts and CTIs, the operators' CTIs and the rows
+of their state as the jobs that computed it counted them, the released output items, the wall
+clock, Spark's status tracker): making it runs no Spark job.
 
 Keys (``docs/decisions.md``, "Progress records", says why each is what it is)::
 
@@ -18,7 +19,8 @@ Keys (``docs/decisions.md``, "Progress records", says why each is what it is)::
                                        events, ctis_explicit, ctis_generated, ctis_imported,
                                        ctis_ignored, dropped, adjusted, dropped_by_reason,
                                        adjusted_by_reason: all counts of this epoch
-    operators.<n>:<kind>               state_rows (where the driver knows it, else None), cti
+    operators.<n>:<kind>               state_rows (the rows of state it holds, counted by the
+                                       jobs that computed them: engine.rows.state_rows), cti
                                        and cti_ticks (its latest output CTI); a lifetime
                                        operator's dropped (§5) in the epoch
     output                             events and ctis released in the epoch, delivered (what
@@ -49,16 +51,17 @@ from typing import TYPE_CHECKING, Any
 from ctistream.engine._spark import job_ids
 from ctistream.engine.events import EventKind
 from ctistream.engine.operators import LifetimeState
-from ctistream.engine.operators.join import JoinState
 from ctistream.engine.ordering import complete_metrics
 from ctistream.engine.plan import Node, walk
+from ctistream.engine.rows import state_rows
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, format_ticks, iso_time
 
 if TYPE_CHECKING:
     from ctistream.engine.events import Event
     from ctistream.engine.runtime import Runtime
+    from pyspark.sql import DataFrame
 
-__all__ = ["PHASES", "RECENT", "Progress", "operator_name", "progress_line"]
+__all__ = ["PHASES", "RECENT", "Progress", "operator_name", "progress_line", "state_frames"]
 
 #: how many records ``query.recent_progress`` keeps (Structured Streaming keeps 100 too)
 RECENT = 100
@@ -115,20 +118,20 @@ def _lifetime_drops(rt: Runtime) -> dict[str, int]:
     }
 
 
-def _known_rows(st: Any) -> int | None:
-    """The rows of state ``st`` holds where the driver knows them without a Spark job (a join
-    whose held sides it collected, a state holding no frame), else None."""
-    if isinstance(st, JoinState):
-        rows = [0 if df is None else n for df, n in zip(st.held, st.held_rows, strict=True)]
-        return None if None in rows else sum(rows)  # type: ignore[arg-type]
-    matched = getattr(st, "matched", None)
-    if isinstance(matched, JoinState):  # a left outer join: its join's and its anti-join's
-        known = [_known_rows(matched), _known_rows(st.unmatched)]
-        return None if None in known else sum(known)  # type: ignore[arg-type]
+def state_frames(st: Any) -> list[DataFrame | None]:
+    """The frames of operator state ``st`` whose rows are its state rows: its held events (one
+    frame, or one per side) and partial aggregates."""
     held = getattr(st, "held", None)
-    frames = held if isinstance(held, list) else [held]
-    frames += [getattr(st, name, None) for name in ("pairs", "partials", "open_edges")]
-    return 0 if all(df is None for df in frames) else None
+    frames = list(held) if isinstance(held, list) else [held]
+    return frames + [getattr(st, name, None) for name in ("pairs", "partials")]
+
+
+def _state_rows(st: Any) -> int | None:
+    """The rows of state ``st`` holds, without a Spark job (:func:`engine.rows.state_rows`: known
+    on the driver or counted by the job that computed each frame); 0 for a state holding no
+    frame, None where a frame's count is not known."""
+    counts = [state_rows(df) for df in state_frames(st) if df is not None]
+    return None if None in counts else sum(counts)  # type: ignore[arg-type]
 
 
 def _job_group(rt: Runtime) -> str | None:
@@ -267,7 +270,7 @@ def _record(rt: Runtime, epoch: _Epoch) -> dict[str, Any]:
         if st is None:
             continue
         name = operator_name(i, node)
-        op = {"state_rows": _known_rows(st), "cti": iso_time(st.emitted), "cti_ticks": st.emitted}
+        op = {"state_rows": _state_rows(st), "cti": iso_time(st.emitted), "cti_ticks": st.emitted}
         if isinstance(st, LifetimeState):
             op["dropped"] = st.dropped - epoch.drops.get(name, 0)
         operators[name] = op

@@ -15,8 +15,9 @@ Spark plans as events (architecture.md: "CTIs are rows").
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
+from py4j.protocol import Py4JError
 from pyspark import SparkContext, StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -44,6 +46,7 @@ __all__ = [
     "Flow",
     "Kind",
     "checkpoint",
+    "counted_checkpoint",
     "frames",
     "keyed_inputs",
     "leaf_rdds",
@@ -52,6 +55,8 @@ __all__ = [
     "pos_literal",
     "release",
     "saturating_sub",
+    "state_rows",
+    "with_rows",
 ]
 
 KIND, EDGE, START, END, POS, CTI = "__kind", "__edge", "__start", "__end", "__pos", "__c"
@@ -195,6 +200,102 @@ def checkpoint(df: DataFrame, eager: bool = True, level: StorageLevel | None = N
     if made is not None:
         made.append(out)
     return out
+
+
+#: numbers the metrics :func:`counted_checkpoint` observes (a metric's name is unique in a plan)
+_observed = itertools.count()
+
+
+@dataclass(frozen=True)
+class _Counter:
+    """Where the job that computes a checkpoint counts rows: aggregate ``index`` of the metrics
+    a ``CollectMetrics`` node collects, in its accumulator ``acc`` (a JVM object)."""
+
+    acc: Any
+    index: int
+
+
+#: state frames -> their rows: the number, or the counter the job that computes them fills
+_rows: weakref.WeakKeyDictionary[DataFrame, int | _Counter] = weakref.WeakKeyDictionary()
+
+
+def counted_checkpoint(df: DataFrame, rows: Sequence[str]) -> tuple[DataFrame, list[Any]]:
+    """A lazy local checkpoint of ``df`` (:func:`checkpoint`) and, per SQL aggregate in ``rows``
+    (``count(1)``, ``count_if(<condition>)``: how many rows of state a selection of the
+    checkpoint holds), a counter of its value over ``df``'s rows for :func:`with_rows`, or None
+    where Spark's plan has no place to read it from.
+
+    The aggregates are ``df.observe``'d: Spark's ``CollectMetrics`` node adds up each
+    partition's rows in an accumulator as a task computes it, so whichever job computes the
+    checkpoint (the one that first reads it, or the epoch's job at its end: :func:`hold`)
+    counts them, and counting runs no job of its own. A partition is computed once: its blocks
+    stay until the checkpoint is released. The accumulator keeps the last attempt of each task
+    (a stage run again is not counted twice), over every job that computed some of its
+    partitions (``lastAttemptValueForAllRDDs``: a job that read a few partitions, e.g. a
+    ``limit``, and the one that computed the rest)."""
+    if not rows:
+        return checkpoint(df, eager=False), []
+    name = f"ctistream_rows_{next(_observed)}"
+    observed = df.observe(name, *(F.expr(r) for r in rows))
+    out = checkpoint(observed, eager=False)
+    acc = _accumulator(observed)
+    return out, [None if acc is None else _Counter(acc, i) for i in range(len(rows))]
+
+
+def _accumulator(observed: DataFrame) -> Any:
+    """The accumulator of the ``CollectMetrics`` node near the top of ``observed``'s executed
+    plan, or None. Above it there may be adaptive execution's nodes, and a projection (of the
+    subexpressions the metric shares with the frame) or other nodes with the node below them
+    first."""
+    try:
+        node = observed._jdf.queryExecution().executedPlan()
+        for _ in range(_DEPTH):
+            name = node.nodeName()
+            if name == "CollectMetrics":
+                sc = SparkContext._active_spark_context
+                assert sc is not None and sc._jvm is not None
+                context = getattr(sc._jvm, "org.apache.spark.util.AccumulatorContext")
+                return context.get(node.accumulatorId()).get()  # registered while the plan lives
+            if name == "AdaptiveSparkPlan":
+                node = node.executedPlan()
+            elif name.endswith("QueryStage"):  # adaptive execution's stage of the final plan
+                node = node.plan()
+            else:
+                node = node.children().apply(0)
+    except Py4JError:  # a plan of another shape: the rows are not known (state_rows None)
+        return None
+    return None
+
+
+#: how deep :func:`_accumulator` looks for the node
+_DEPTH = 6
+
+
+def with_rows(df: DataFrame, rows: int | _Counter | None) -> DataFrame:
+    """``df``, state whose rows are ``rows``: known on the driver, or a counter from
+    :func:`counted_checkpoint` (None: not known)."""
+    if rows is not None:
+        _rows[df] = rows
+    return df
+
+
+def state_rows(df: DataFrame) -> int | None:
+    """How many rows state frame ``df`` holds (:func:`with_rows`, :func:`hold`), without a Spark
+    job: known on the driver or counted by the job that computed it, read once that job ran
+    (after the epoch that made ``df``: it computes all its state); None where not known."""
+    found = _rows.get(df)
+    if not isinstance(found, _Counter):
+        return found
+    try:
+        value = found.acc.lastAttemptValueForAllRDDs()
+    except Py4JError:  # under a legacy setting, an accumulator that adds every attempt
+        n = int(found.acc.value().getLong(found.index))
+    else:
+        if not value.isDefined():  # Spark could not tell the last attempts apart
+            return None
+        n = int(value.get().getLong(found.index))
+    _rows[df] = n  # read once: the accumulator is no longer needed
+    return n
 
 
 @contextmanager
@@ -342,8 +443,10 @@ def hold(df: DataFrame) -> DataFrame:
     the previous state and the epoch's new rows would otherwise gain partitions every epoch,
     and every later epoch would run a task per partition. Lazy: the epoch computes all its
     state in one job at its end (:meth:`Checkpoints.release_all_but` with ``compute``), not a
-    job per operator."""
-    return checkpoint(few_partitions(df), eager=False)
+    job per operator. That job, or one that read it before, counts its rows
+    (:func:`state_rows`)."""
+    out, [rows] = counted_checkpoint(few_partitions(df), ["count(1)"])
+    return with_rows(out, rows)
 
 
 def few_partitions(df: DataFrame) -> DataFrame:

@@ -104,7 +104,7 @@ from ctistream.engine.plan import (
     Node,
     walk,
 )
-from ctistream.engine.progress import Progress, operator_name
+from ctistream.engine.progress import Progress, operator_name, state_frames
 from ctistream.engine.rows import (
     POS,
     Checkpoints,
@@ -512,10 +512,7 @@ class Runtime:
             st = self._ops.get(id(node))
             if st is None:
                 continue
-            held = getattr(st, "held", None)
-            parts = held if isinstance(held, list) else [held]
-            parts += [getattr(st, name, None) for name in ("pairs", "partials")]
-            kept = [df for df in parts if df is not None]
+            kept = [df for df in state_frames(st) if df is not None]
             m = out[operator_name(i, node)] = {
                 "state_rows": sum(count_rows(df) for df in kept),
                 "state_partitions": sum(df.rdd.getNumPartitions() for df in kept),

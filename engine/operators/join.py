@@ -50,7 +50,7 @@ from ctistream.engine.operators.window import (
     push_window,
     pushed_partials,
 )
-from ctistream.engine.packed import ARROW, PACKED_TYPE, packed_frame, unpacked
+from ctistream.engine.packed import ARROW, CHUNK, PACKED_TYPE, packed_frame, unpacked
 from ctistream.engine.rows import (
     CTI,
     EDGE,
@@ -64,12 +64,14 @@ from ctistream.engine.rows import (
     Flow,
     Kind,
     checkpoint,
+    counted_checkpoint,
     few_partitions,
     hold,
     keyed_inputs,
     local_ctis,
     pos_literal,
     sql_names,
+    with_rows,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import Column, DataFrame, Window
@@ -734,8 +736,13 @@ def join(
             rows = held_big.select(START, END, F.col(f"{_AT}.pos").alias(POS), *payload)
             held_big = packed_frame(rows, rows.columns)
         pairs = _lookup_pairs(pairing, big, small, (left, right)[big].packed, held_big, out_schema)
-        events_out = checkpoint(pairs, eager=False)
-        handed = events_out.filter(f"{KIND} = '{Kind.HELD}'").select(ARROW)
+        # the events handed back counted by the job that computes the pairs (state_rows): a
+        # HELD row's __start is how many it packs
+        is_held = f"{KIND} = '{Kind.HELD}'"
+        events_out, [handed_rows] = counted_checkpoint(
+            pairs, [f"coalesce(sum(CASE WHEN {is_held} THEN {START} END), 0)"]
+        )
+        handed = with_rows(events_out.filter(is_held).select(ARROW), handed_rows)
         events_out = events_out.filter(f"{KIND} <> '{Kind.HELD}'").drop(ARROW)
     else:
         events_out = checkpoint(
@@ -773,7 +780,7 @@ def join(
             kept = _still_held(small_held, latest[big])
             counted[i] = kept.num_rows
             schema = _held_schema(schemas[i], (pl, pr)[i])
-            held.append(_held_of_table(tagged.sparkSession, kept, schema))
+            held.append(with_rows(_held_of_table(tagged.sparkSession, kept, schema), kept.num_rows))
         else:
             keep = F.col(_OPEN) | (F.col(END) > F.lit(latest[1 - i]))
             held.append(ev(i).filter(keep).drop("__new", _CLOSED_NOW).transform(hold))
@@ -971,7 +978,8 @@ def _lookup_pairs(
     ``small``'s events, collected whole (an Arrow table: held and new, as :func:`_cogrouped`
     sends them). Besides the output rows (``out_schema`` and a null :data:`ARROW`) it hands
     back, packed as ``HELD`` rows, the events of side ``big`` that can still meet a future event
-    (ending after the other side's latest CTI): no edges come packed."""
+    (ending after the other side's latest CTI), each row's ``__start`` the number it packs: no
+    edges come packed."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from ctistream.engine.packed import pack, unpack
@@ -994,10 +1002,15 @@ def _lookup_pairs(
                 out = _pair_rows(p, lt, rt)
                 out = out.append_column(ARROW, pa.nulls(out.num_rows, pa.binary()))
                 yield from out.to_batches()
-                kept = pack(t.filter(pc.greater(t.column(END), after)))
+                still = t.filter(pc.greater(t.column(END), after))
+                kept = pack(still)
                 if kept:
                     row = {f.name: pa.nulls(len(kept), f.type) for f in schema}
                     row[KIND] = pa.array([Kind.HELD] * len(kept), schema.field(KIND).type)
+                    # how many events each value packs (pack's chunks), counted as state rows
+                    n = still.num_rows
+                    sizes = [min(CHUNK, n - lo) for lo in range(0, n, CHUNK)]
+                    row[START] = pa.array(sizes, schema.field(START).type)
                     row[ARROW] = pa.array(kept, pa.binary())
                     yield pa.RecordBatch.from_arrays(list(row.values()), schema=schema)
 

@@ -71,8 +71,10 @@ from ctistream.engine.rows import (
     Flow,
     Kind,
     checkpoint,
+    counted_checkpoint,
     hold,
     sql_names,
+    with_rows,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, duration_text
 from pyspark.sql import Column, DataFrame
@@ -683,14 +685,19 @@ def _merge_partials(
         merged = merged.select(
             *(compress_column(F.col(c)).alias(c) if c in expansions else c for c in merged.columns)
         )
-    merged = checkpoint(merged, eager=False)
     done = "true" if c_last == MAX_TIME else f"{_WS} + {spec.size} <= {c_last}"
+    # the open windows' rows counted by the job that computes the checkpoint (state_rows)
+    merged, open_rows = counted_checkpoint(
+        merged, [] if c_last == MAX_TIME else [f"count_if(NOT ({done}))"]
+    )
     finals = [
         (F.expr(m.final) if isinstance(m.final, str) else m.final).alias(name)
         for m, (name, _) in zip(merges, spec.aggregates, strict=True)
     ]
     complete = merged.filter(done).select(_WS, *(F.col(k) for k in keys), *finals)
-    still_open = None if c_last == MAX_TIME else merged.filter(f"NOT ({done})")
+    still_open = None
+    if c_last != MAX_TIME:
+        still_open = with_rows(merged.filter(f"NOT ({done})"), open_rows[0])
     return complete, still_open
 
 

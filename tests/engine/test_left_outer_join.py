@@ -149,6 +149,10 @@ def test_state_keeps_only_what_can_still_change(app, flush, held):
     # right events ending after min(cL, cR) = 50 (the point at 60): 2. After +inf: nothing.
     [state] = query.operator_metrics().values()
     assert state["state_rows"] == held
+    # the last progress record counts the same (the join's and the anti-join's held events),
+    # without a job of its own
+    [record] = query.last_progress["operators"].values()
+    assert record["state_rows"] == held
     out = MemoryOutputFactory.collected(name)
     # [t, t+3) meets [t+1, t+2): the pair [t+1, t+2), the unmatched [t, t+1) and [t+2, t+3).
     early = [e for e in out if not e.is_cti and e.start < 50]

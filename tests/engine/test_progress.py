@@ -31,6 +31,7 @@ from ctistream.engine import (
     point,
 )
 from ctistream.engine.progress import RECENT
+from pyspark.sql import functions as F
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = 1_000_000
@@ -316,3 +317,179 @@ def test_records_continue_right_after_a_restart_on_the_checkpoint(app, tmp_path)
         0,
         iso(5),
     )
+
+
+# -- state rows (engine.rows.state_rows): counted by the jobs that compute the state ----------
+# Three epochs, cut at arrivals 200 s and 300 s; every input's CTIs explicit. Times in seconds.
+
+
+def _window_script() -> EventScript:
+    s = EventScript()
+    for t, k, arrival in ((1, 1, 100), (3, 2, 101), (12, 1, 102)):
+        s.insert("a", point(at(t), {"k": k}), arrival=at(arrival))
+    s.cti("a", at(5), arrival=at(103))
+    # -- epoch 1
+    s.insert("a", point(at(14), {"k": 2}), arrival=at(200))
+    s.insert("a", point(at(15), {"k": 1}), arrival=at(201))
+    s.cti("a", at(12), arrival=at(202))
+    # -- epoch 2
+    s.insert("a", point(at(25), {"k": 1}), arrival=at(300))
+    s.cti("a", at(22), arrival=at(301))
+    return s
+
+
+def _count_script() -> EventScript:
+    s = EventScript()
+    for t, k, arrival in ((1, 1, 100), (2, 2, 101), (3, 1, 102), (7, 1, 103)):
+        s.insert("a", point(at(t), {"k": k}), arrival=at(arrival))
+    s.cti("a", at(5), arrival=at(104))
+    # -- epoch 1
+    s.insert("a", point(at(9), {"k": 2}), arrival=at(200))
+    s.insert("a", point(at(11), {"k": 1}), arrival=at(201))
+    s.cti("a", at(10), arrival=at(202))
+    # -- epoch 2
+    s.cti("a", at(20), arrival=at(300))
+    return s
+
+
+def _two_sided_script() -> EventScript:
+    s = EventScript()
+    s.insert("l", point(at(6), {"k": 1}), arrival=at(100))
+    s.insert("r", interval(at(2), at(20), {"k": 1, "v": 1}), arrival=at(101))
+    s.insert("r", interval(at(3), at(4), {"k": 2, "v": 2}), arrival=at(102))
+    s.cti("l", at(5), arrival=at(103))
+    s.cti("r", at(5), arrival=at(104))
+    # -- epoch 1
+    s.insert("l", point(at(8), {"k": 1}), arrival=at(200))
+    s.insert("r", interval(at(7), at(9), {"k": 1, "v": 3}), arrival=at(201))
+    s.cti("l", at(10), arrival=at(202))
+    s.cti("r", at(7), arrival=at(203))
+    # -- epoch 2
+    s.insert("r", interval(at(25), at(40), {"k": 1, "v": 4}), arrival=at(300))
+    s.cti("l", at(30), arrival=at(301))
+    s.cti("r", at(25), arrival=at(302))
+    return s
+
+
+def _state_query(app, case: str, name: str):
+    def input_(n, script, schema, shape=EventShape.POINT):
+        config = MemoryInputConfig(script=script, schema=schema)
+        return Stream.create(
+            n, MemoryInputFactory(), config, shape, explicit_ctis(AdvanceTimePolicy.DROP)
+        )
+
+    if case == "window":
+        a = input_("a", _window_script(), "k int")
+        stream = a.tumbling_window(timedelta(seconds=10)).group_by("k").aggregate(n=F.count("*"))
+    elif case == "count":
+        a = input_("a", _count_script(), "k int")
+        stream = a.count_window(2).group_by("k").aggregate(n=F.count("*"))
+    else:
+        script = _two_sided_script()
+        left = input_("l", script, "k int")
+        right = input_("r", script, "k int, v int", EventShape.INTERVAL)
+        stream = left.join(right, on="k")
+    return stream.to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
+    )
+
+
+STATE_ROWS = {
+    # Tumbling windows of 10 s by k, a count per window (partial aggregates kept: one row per
+    # open window and group). Epoch 0, CTI 5: none complete; open [0, 10) k=1 (1 s), k=2 (3 s)
+    # and [10, 20) k=1 (12 s): 3. Epoch 1, CTI 12: [0, 10) completes; open [10, 20) k=1 (12,
+    # 15 s), k=2 (14 s): 2. Epoch 2, CTI 22: [10, 20) completes; open [20, 30) k=1 (25 s): 1.
+    "window": [3, 2, 1],
+    # Count windows of 2 distinct starts by k: the last n - 1 = 1 start below the CTI per group,
+    # and every event at or after it. Epoch 0, CTI 5: k=1's 3 s (1 s is older), k=2's 2 s, and
+    # 7 s: 3. Epoch 1, CTI 10: k=1's 7 s, k=2's 9 s, and 11 s: 3. Epoch 2, CTI 20: k=1's 11 s,
+    # k=2's 9 s: 2.
+    "count": [3, 3, 2],
+    # The join holds a left event while it ends after the right's latest CTI, a right one while
+    # it ends after the left's. Epoch 0 (l 5, r 5): the point at 6 s (ends 6 s + 1 tick > 5) and
+    # [2, 20) (20 > 5; [3, 4) ends by 5): 1 + 1. Epoch 1 (l 10, r 7): the point at 8 s (the one
+    # at 6 s ends by 7) and [2, 20) ([7, 9) ends by 10): 1 + 1. Epoch 2 (l 30, r 25): no left
+    # event ends after 25; [25, 40) (40 > 30): 0 + 1.
+    "join": [2, 2, 1],
+}
+
+
+@pytest.mark.parametrize("case", sorted(STATE_ROWS))
+def test_state_rows_are_the_rows_each_epoch_leaves_held(app, case):
+    # each record's state_rows as worked by hand (STATE_ROWS), and as operator_metrics()
+    # counts them with a job of its own, called right after each epoch
+    name = f"state-rows-{case}-{uuid.uuid4().hex[:6]}"
+    query = _state_query(app, case, name)
+    seen = []
+
+    def on_progress(record):
+        [(op, entry)] = record["operators"].items()
+        seen.append((entry["state_rows"], query.operator_metrics()[op]["state_rows"]))
+
+    query.run(epochs=[at(200), at(300)], on_progress=on_progress)
+    app.queries.pop(name, None)
+    assert [s for s, _ in seen] == STATE_ROWS[case]
+    assert [m for _, m in seen] == STATE_ROWS[case]
+
+
+def test_counting_state_rows_adds_no_spark_job_to_an_epoch(app, monkeypatch):
+    # The same join run twice: once as it runs, once with its state checkpointed without the
+    # observed count (engine.rows.counted_checkpoint as the plain lazy checkpoint it adds the
+    # count to). Each epoch starts as many Spark jobs either way, and the output is the same.
+    from ctistream.engine import rows
+    from ctistream.engine.operators import join as join_module
+    from ctistream.engine.operators import window as window_module
+
+    def run(tag: str) -> tuple[list[int], list[int | None], list]:
+        name = f"state-rows-jobs-{tag}-{uuid.uuid4().hex[:6]}"
+        query = _state_query(app, "join", name)
+        query.run(epochs=[at(200), at(300)])
+        app.queries.pop(name, None)
+        records = query.recent_progress
+        jobs = [r["spark_jobs"] for r in records]
+        return (
+            jobs,
+            [r["operators"]["2:join"]["state_rows"] for r in records],
+            [(e.kind, e.start, e.end, e.payload) for e in MemoryOutputFactory.collected(name)],
+        )
+
+    counted = run("counted")
+
+    def uncounted(df, aggregates):
+        return rows.checkpoint(df, eager=False), [None] * len(aggregates)
+
+    for module in (rows, join_module, window_module):
+        monkeypatch.setattr(module, "counted_checkpoint", uncounted)
+    plain = run("plain")
+    assert counted[1] == STATE_ROWS["join"] and plain[1] == [None] * 3
+    assert counted[0] == plain[0] and all(n >= 1 for n in counted[0])
+    assert counted[2] == plain[2]
+
+
+def test_the_join_s_records_count_the_events_it_holds(joined):
+    # _join_script: after epoch 0 (l's CTI 5, r's 5) the join holds r's [0, 10) and [5, 8)
+    # (adjusted), both ending after l's CTI 5; l's point at 1 s ends by r's CTI: 2 (README's
+    # example). After epoch 1 (CTIs 20) every event ends by the other side's CTI: 0.
+    _, called, *_ = joined  # the run's records (a test above adds records of its own later)
+    assert [c[0]["operators"]["2:join"]["state_rows"] for c in called] == [2, 0]
+
+
+def test_state_rows_right_after_a_restart_on_a_state_snapshot(app, tmp_path):
+    # _two_sided_script read whole by a started query's first epoch: at l's CTI 30 and r's 25 the
+    # join holds r's [25, 40) (STATE_ROWS["join"]'s last epoch): 1. The query is left as a crash
+    # leaves it after the snapshot of that epoch; the next one restores the snapshot and runs
+    # epoch 1, which reads nothing and holds the same event, counted again.
+    ckpt, tag = tmp_path / "ckpt", uuid.uuid4().hex[:6]
+    first = _state_query(app, "join", f"restart-rows-{tag}-1")
+    first.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
+    first.step()
+    again = _state_query(app, "join", f"restart-rows-{tag}-2")
+    again.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
+    again.step()
+    [before], [after] = first.recent_progress, again.recent_progress
+    assert (before["epoch"], after["epoch"]) == (0, 1)
+    assert before["operators"]["2:join"]["state_rows"] == 1
+    assert after["operators"]["2:join"]["state_rows"] == 1
+    assert again.operator_metrics()["2:join"]["state_rows"] == 1
+    for query in (first, again):
+        app.queries.pop(query.name, None)
