@@ -470,8 +470,9 @@ def test_the_join_s_records_count_the_events_it_holds(joined):
     # _join_script: after epoch 0 (l's CTI 5, r's 5) the join holds r's [0, 10) and [5, 8)
     # (adjusted), both ending after l's CTI 5; l's point at 1 s ends by r's CTI: 2 (README's
     # example). After epoch 1 (CTIs 20) every event ends by the other side's CTI: 0.
-    _, called, *_ = joined  # the run's records (a test above adds records of its own later)
-    assert [c[0]["operators"]["2:join"]["state_rows"] for c in called] == [2, 0]
+    # the run's two records (the last-hundred test above makes more through the callback)
+    _, called, *_ = joined
+    assert [c[0]["operators"]["2:join"]["state_rows"] for c in called[:2]] == [2, 0]
 
 
 def test_state_rows_right_after_a_restart_on_a_state_snapshot(app, tmp_path):
