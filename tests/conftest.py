@@ -12,12 +12,6 @@ from hypothesis import HealthCheck, settings
 # Spark binds to the machine's first non-loopback address unless told otherwise; the tests' only
 # network is 127.0.0.1 (child processes that start a JVM or a cluster inherit this too)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-# Every JVM the tests start (the session's, and those of child processes: crash, command line,
-# cluster) compiles with the JIT's quick tier only: they run many short, different plans for
-# minutes, where the optimising tier spends more of the 2 cores compiling than its code wins
-# back (the command-line test's process 68 s -> 45 s; test_anti_join + test_left_outer_join
-# 384 s -> 255 s, test_join + test_windows 340 s -> 284 s, side by side on one machine)
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 settings.register_profile(
     "ci",
@@ -61,6 +55,12 @@ def spark():
         session = session.config(key, value)
     session = session.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    # The JVMs of child processes (crash, command line, cluster) compile with the JIT's quick
+    # tier only: they live a minute or two, where the optimising tier spends more of the 2 cores
+    # compiling than its code wins back (whole suite: test_crash 153 s -> 112 s, the command
+    # line 43 s -> 24 s, the cluster 51 s -> 41 s). The session's JVM, started above, keeps both
+    # tiers: over the suite's half hour they pay (its tests ran up to 2-3x slower without).
+    os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
     yield session
     session.stop()
 
