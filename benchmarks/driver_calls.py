@@ -27,7 +27,6 @@ import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from ctistream.adapters.files import FileInputConfig, FileInputFactory
 from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
@@ -37,15 +36,12 @@ from ctistream.adapters.memory import (
 from ctistream.bindings import Application, Stream
 from ctistream.engine import (
     AdvanceTimeGenerationSettings,
-    AdvanceTimeImportSettings,
-    AdvanceTimePolicy,
     AdvanceTimeSettings,
     EventShape,
     point,
 )
-from pyspark.sql import functions as F
 
-from benchmarks.latency import HOP, KEYS, SCHEMA, WINDOW, reference_file
+from benchmarks.latency import KEYS, SCHEMA, lookup_windows, reference_file
 from tests.jvm_calls import JvmCalls, LiveScriptFactory
 
 
@@ -58,24 +54,7 @@ def build(app: Application, scenario: str, script: EventScript, ref_root: str):
     out = MemoryOutputConfig(name=f"driver-calls-{scenario}")
     if scenario == "pass":
         return stream.to_query(app, out.name, MemoryOutputFactory(), out, EventShape.POINT)
-    ref_config = FileInputConfig(
-        path=reference_file(ref_root),
-        time_column="start",
-        end_column="end",
-        edge_column="edge",
-        arrival_column="arrival",
-        schema="key bigint, w double",
-    )
-    imported = AdvanceTimeSettings(
-        import_settings=AdvanceTimeImportSettings("events"), policy=AdvanceTimePolicy.ADJUST
-    )
-    ref = Stream.create("ref", FileInputFactory(), ref_config, EventShape.EDGE, imported)
-    windows = (
-        stream.join(ref, on="key")
-        .hopping_window(WINDOW, HOP)
-        .group_by("key")
-        .aggregate(avg_v=F.avg("v"))
-    )
+    windows = lookup_windows(stream, reference_file(ref_root))
     return windows.to_query(app, out.name, MemoryOutputFactory(), out, EventShape.INTERVAL)
 
 

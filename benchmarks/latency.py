@@ -182,6 +182,14 @@ def kafka_query(
     if scenario == "pass":
         return stream.to_query(app, name, KafkaOutputFactory(), out, EventShape.POINT)
     assert ref_path is not None
+    windows = lookup_windows(stream, ref_path)
+    return windows.to_query(app, name, KafkaOutputFactory(), out, EventShape.INTERVAL)
+
+
+def lookup_windows(stream: Stream, ref_path: str) -> Stream:
+    """The ``lookup`` scenario's result: ``stream`` (the points, named ``events``) joined with
+    the reference at ``ref_path`` (EDGE file input importing the points' CTIs, ADJUST), then
+    the hopping average of ``v`` per key."""
     ref_config = FileInputConfig(
         path=ref_path,
         time_column="start",
@@ -194,13 +202,12 @@ def kafka_query(
         import_settings=AdvanceTimeImportSettings("events"), policy=AdvanceTimePolicy.ADJUST
     )
     ref = Stream.create("ref", FileInputFactory(), ref_config, EventShape.EDGE, imported)
-    windows = (
+    return (
         stream.join(ref, on="key")
         .hopping_window(WINDOW, HOP)
         .group_by("key")
         .aggregate(avg_v=F.avg("v"))
     )
-    return windows.to_query(app, name, KafkaOutputFactory(), out, EventShape.INTERVAL)
 
 
 def _interval(span: timedelta) -> str:
