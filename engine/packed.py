@@ -21,7 +21,16 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-__all__ = ["ARROW", "PACKED_TYPE", "count_rows", "pack", "packed_frame", "unpack", "unpacked"]
+__all__ = [
+    "ARROW",
+    "PACKED_TYPE",
+    "chunk_sizes",
+    "count_rows",
+    "pack",
+    "packed_frame",
+    "unpack",
+    "unpacked",
+]
 
 #: the column that holds a packed chunk of events
 ARROW = "__arrow"
@@ -30,15 +39,25 @@ PACKED_TYPE = BinaryType()
 CHUNK = 1 << 17
 
 
+def _chunks(rows: int) -> list[tuple[int, int]]:
+    """The (first row, rows) of each value :func:`pack` makes of ``rows`` rows."""
+    return [(lo, min(CHUNK, rows - lo)) for lo in range(0, rows, CHUNK)]
+
+
+def chunk_sizes(rows: int) -> list[int]:
+    """How many rows each value :func:`pack` makes of ``rows`` rows holds, in order."""
+    return [n for _, n in _chunks(rows)]
+
+
 def pack(table: pa.Table | pa.RecordBatch) -> list[bytes]:
     """``table``'s rows as Arrow IPC streams of at most :data:`CHUNK` rows each."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     out = []
-    for lo in range(0, table.num_rows, CHUNK):
+    for lo, n in _chunks(table.num_rows):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table.slice(lo, CHUNK))
+            writer.write_table(table.slice(lo, n))
         out.append(sink.getvalue().to_pybytes())
     return out
 

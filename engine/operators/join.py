@@ -50,7 +50,7 @@ from ctistream.engine.operators.window import (
     push_window,
     pushed_partials,
 )
-from ctistream.engine.packed import ARROW, CHUNK, PACKED_TYPE, packed_frame, unpacked
+from ctistream.engine.packed import ARROW, PACKED_TYPE, chunk_sizes, packed_frame, unpacked
 from ctistream.engine.rows import (
     CTI,
     EDGE,
@@ -1007,9 +1007,8 @@ def _lookup_pairs(
                 if kept:
                     row = {f.name: pa.nulls(len(kept), f.type) for f in schema}
                     row[KIND] = pa.array([Kind.HELD] * len(kept), schema.field(KIND).type)
-                    # how many events each value packs (pack's chunks), counted as state rows
-                    n = still.num_rows
-                    sizes = [min(CHUNK, n - lo) for lo in range(0, n, CHUNK)]
+                    # how many events each value packs, counted as state rows
+                    sizes = chunk_sizes(still.num_rows)
                     row[START] = pa.array(sizes, schema.field(START).type)
                     row[ARROW] = pa.array(kept, pa.binary())
                     yield pa.RecordBatch.from_arrays(list(row.values()), schema=schema)
