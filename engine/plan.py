@@ -323,11 +323,13 @@ class ClipNode(Node):
 
 @dataclass(eq=False)
 class SnapshotNode(Node):
-    """A snapshot window with grouping keys and named aggregate Columns."""
+    """A snapshot window with grouping keys and named aggregate Columns; ``cut_by``: columns
+    whose groups are cut at their own endpoints (``group_apply``'s keys), else all events'."""
 
     child: Node
     keys: tuple[str, ...]
     aggregates: tuple[tuple[str, Column], ...]
+    cut_by: tuple[str, ...] = ()
 
     cti_rule: ClassVar[str] = (
         "the start of the snapshot that holds the input's CTI, or that CTI where no event spans it"
@@ -388,7 +390,7 @@ class WindowRowsNode(Node):
     """Windowed ``top_k`` or ``apply`` (``op``, :mod:`engine.operators.window_rows`) over a
     tumbling or hopping window (``size``, ``hop``) or, with ``size == 0``, snapshots; grouped by
     ``keys``. Windows, membership and CTIs are the window's (:class:`WindowNode`,
-    :class:`SnapshotNode`)."""
+    :class:`SnapshotNode`, its ``cut_by`` too)."""
 
     child: Node
     size: int
@@ -396,6 +398,7 @@ class WindowRowsNode(Node):
     keys: tuple[str, ...]
     op: Any
     point_at_end: bool = False
+    cut_by: tuple[str, ...] = ()
 
     @property
     def cti_rule(self) -> str:  # type: ignore[override]

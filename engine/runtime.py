@@ -798,7 +798,10 @@ def _run_window(step: WindowStep, inputs: list[Flow], st: Any, cache: EpochCache
 
 def _run_snapshot(step: SnapshotStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
     node = step.node
-    return snapshot_aggregate(inputs[0], node.keys, node.aggregates, st or SnapshotState(), cache)
+    state = st or SnapshotState()
+    return snapshot_aggregate(
+        inputs[0], node.keys, node.aggregates, state, cache, cut_by=node.cut_by
+    )
 
 
 def _run_count(step: CountWindowStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
@@ -851,7 +854,7 @@ def _run_window_rows(step: WindowRowsStep, inputs: list[Flow], st: Any, cache: E
     node = step.node
     if node.size == 0:
         state = st or SnapshotState()
-        return snapshot_aggregate(inputs[0], node.keys, (), state, cache, node.op)
+        return snapshot_aggregate(inputs[0], node.keys, (), state, cache, node.op, node.cut_by)
     spec = WindowSpec(node.size, node.hop, node.keys, (), node.point_at_end, node.op)
     return window_aggregate(inputs[0], spec, st or WindowState(), cache)
 

@@ -25,13 +25,16 @@ over all groups as if it were one. Why the output and the CTIs are those of the 
   stream's, as per group. CTI: min of the sides' CTIs, and the minimum over groups of
   ``min(l_g, r)`` is ``min(min_g l_g, r)``.
 * a union of the group's own streams: per group it is the union of their groups.
+* a snapshot window (with aggregate, top-k or apply): grouped by the keys and cut by them
+  (:mod:`engine.operators.snapshot`, ``cut_by``): each group's snapshots and CTI are its own,
+  and the operator's CTI is the minimum over the groups.
 
-Every CTI rule of these is monotone in its input CTIs and the same function for every group,
-so the minimum over groups commutes with it: the rewritten plan's CTI is the literal rule's.
-Not taken (a build error with the fix): a snapshot window, whose CTI depends on each group's
-events (a snapshot of one group would be cut at every other group's endpoints), and a window
-whose input may hold events that end at +inf (at the CTI +inf such an event counts up to the
-latest finite moment of its own group, which one window over all groups does not track).
+Every CTI rule of these but the snapshot's is monotone in its input CTIs and the same function
+for every group, so the minimum over groups commutes with it; the snapshot takes the minimum
+over its groups itself: the rewritten plan's CTI is the literal rule's. Not taken (a build
+error with the fix): a window whose input may hold events that end at +inf (at the CTI +inf
+such an event counts up to the latest finite moment of its own group, which one window over
+all groups does not track).
 
 The runtime runs :class:`~engine.plan.GroupNode` as :func:`group_input` (the input's events
 and CTIs; keyed CTIs of substreams are merged there) and :class:`~engine.plan.GroupApplyNode`
@@ -148,14 +151,11 @@ def _select(r: _Rewrite, node: SelectNode) -> Node:
 
 
 def _snapshot(r: _Rewrite, node: SnapshotNode | WindowRowsNode) -> Node:
-    raise r.error(
-        node,
-        "is not supported inside group_apply yet: a snapshot's boundaries and CTI depend on "
-        "each group's own events",
-        "use a tumbling or hopping window inside fn, or snapshot_window().group_by("
-        f"{', '.join(repr(k) for k in r.keys)}) outside group_apply (its snapshots are cut at "
-        "the endpoints of all groups' events)",
-    )
+    """A snapshot window (with ``aggregate``, ``top_k`` or ``apply``) per group: cut at each
+    group's own endpoints (``cut_by``) and grouped by the keys."""
+    grouped = _grouped(r, node)
+    cut_by = tuple(k for k in r.keys if k not in node.cut_by) + node.cut_by
+    return replace(grouped, cut_by=cut_by)
 
 
 def _grouped(r: _Rewrite, node: Any) -> Node:

@@ -11,13 +11,20 @@ otherwise c itself", so a snapshot never stalls a query): ``P``, the largest end
 input CTI ``c``, when some event received has ``start < c <= end``; otherwise ``c``
 (docs/decisions.md: why ``start < c`` and ``c <= end``).
 
+Inside ``group_apply`` a snapshot is cut per group (``cut_by``, the group keys): the endpoints
+are each group's own, and the CTI is the minimum over the groups whose events span ``c`` of
+each one's ``P`` (the literal rule's minimum over groups; a group no event spans gives ``c``).
+Outside, ``cut_by`` is empty: one group, all events' endpoints.
+
 An open edge's end is +inf until its END edge arrives. State: the events that can still be active
-in a snapshot not yet final (their end is after the last final endpoint).
+in a snapshot not yet final (their end is after their group's last final endpoint, ``__done``,
+which each held event carries: the next snapshot of its group starts there).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 
 from ctistream.engine.ctis import rising_rows
 from ctistream.engine.operators.window import (
@@ -34,13 +41,14 @@ from pyspark.sql import functions as F
 
 __all__ = ["SnapshotState", "snapshot_aggregate"]
 
+_DONE = "__done"  # a held event's group's last final endpoint (null: none yet)
+
 
 @dataclass
 class SnapshotState:
-    """Held events, the endpoint up to which snapshots are final, and the last CTI emitted."""
+    """Held events (each with its group's last final endpoint) and the last CTI emitted."""
 
     held: DataFrame | None = None
-    done: int = MIN_TIME
     emitted: int = MIN_TIME
 
 
@@ -51,45 +59,60 @@ def snapshot_aggregate(
     state: SnapshotState,
     cache: EpochCache,
     per_window: PerWindow | None = None,
+    cut_by: tuple[str, ...] = (),
 ) -> tuple[Flow, SnapshotState]:
     """``per_window``: rows per final snapshot instead of ``aggregates`` (windowed ``top_k`` and
-    ``apply``, :mod:`engine.operators.window_rows`)."""
+    ``apply``, :mod:`engine.operators.window_rows`); ``cut_by``: the columns whose groups are
+    cut at their own endpoints (module docstring)."""
     payload = [c for c in flow.events.columns if c not in HEADER]
+    parts = [F.col(f"`{k}`") for k in cut_by]
+    group = Window.partitionBy(*parts)
     edge = F.col(EDGE)
     new = flow.events.filter(~edge.eqNullSafe("END")).select(
         START, END, POS, edge.eqNullSafe("START").alias("__open"), *payload
     )
+    new = new.withColumn(_DONE, F.lit(None).cast("long"))
     events = new if state.held is None else state.held.unionByName(new)
     if flow.edges:
         events = close_edges(events, flow.events.filter(edge == "END"), payload)
     events = cache.keep(events.filter(F.col(END) > F.col(START)))
 
-    # ``done`` is an endpoint too, of events that may no longer be held: the next snapshot
-    # starts there (an edge held open across it is active in it)
-    points = events.select(F.col(START).alias("__p")).union(events.select(F.col(END).alias("__p")))
-    if state.done != MIN_TIME:
-        points = points.union(
-            flow.ctis.sparkSession.range(1).select(F.lit(state.done).alias("__p"))
-        )
-    endpoints = cache.keep(points.distinct())
+    # A group's ``__done`` is an endpoint too, of events that may no longer be held: its next
+    # snapshot starts there (an edge held open across it is active in it).
+    def points(at: str) -> DataFrame:
+        return events.select(*parts, F.col(at).alias("__p"), _DONE)
+
+    endpoints = cache.keep(
+        points(START)
+        .union(points(END))
+        .union(points(_DONE).filter(F.col("__p").isNotNull()))
+        .groupBy(*parts, "__p")
+        .agg(F.max(_DONE).alias("__d"))
+        .select(*parts, "__p", F.max("__d").over(group).alias(_DONE))
+    )
     c_last = flow.ctis.agg(F.max(CTI)).first()[0]
     fresh = c_last is not None  # without a CTI in this epoch nothing becomes final
     c_last = c_last if fresh else MIN_TIME
 
-    # Final snapshots: consecutive endpoints (p, q), p >= done, q <= the epoch's last CTI.
-    after = Window.orderBy("__p")
+    # Final snapshots: consecutive endpoints (p, q) of a group, p >= its done, q below the
+    # epoch's last CTI.
+    cut = [f"__cut{i}" for i in range(len(cut_by))]  # the group's columns, renamed for joins
+    as_cut = [p.alias(c) for p, c in zip(parts, cut, strict=True)]
+    same = [p.eqNullSafe(F.col(c)) for p, c in zip(parts, cut, strict=True)]
     snaps = (
-        endpoints.withColumn("__q", F.lead("__p").over(after))
+        endpoints.withColumn("__q", F.lead("__p").over(group.orderBy("__p")))
         .filter(F.col("__q").isNotNull())
         .filter(
-            (F.col("__p") >= F.lit(state.done))
+            (F.col("__p") >= F.coalesce(F.col(_DONE), F.lit(MIN_TIME)))
             & ((F.col("__q") < F.lit(c_last)) | F.lit(c_last == MAX_TIME))
         )
         .filter(F.lit(fresh))
+        .select(*as_cut, "__p", "__q")
     )
     active = events.join(
-        F.broadcast(snaps), (F.col(START) <= F.col("__p")) & (F.col(END) > F.col("__p"))
-    )
+        F.broadcast(snaps),
+        reduce(Column.__and__, same, (F.col(START) <= F.col("__p")) & (F.col(END) > F.col("__p"))),
+    ).drop(*cut)
     # doubles summed exactly (semantics §4): the same bits however the events were cut
     if per_window is not None:
         grouped = per_window.rows(active, ["__p", "__q"], keys, payload, ("__p", "__q"))
@@ -105,51 +128,44 @@ def snapshot_aggregate(
     done_at = f"least(__q, {MAX_TIME - 1}) + 1"
     results = place_results(grouped, done_at, "__p", "__q", names, ctis)
 
-    # Output CTIs: the largest endpoint strictly below each input CTI (a CTI sorts before an
-    # endpoint of the same value); +inf stays +inf.
-    both = endpoints.select(F.col("__p").alias("__t"), F.lit(1).alias("__typ")).unionByName(
-        ctis.select(F.col(CTI).alias("__t"), F.lit(0).alias("__typ"), POS),
-        allowMissingColumns=True,
+    # Output CTIs: a CTI c that an event spans (start < c <= end) is held back to the largest
+    # endpoint of that event's group strictly below c (the minimum over such groups); else c;
+    # +inf stays +inf.
+    spanned = F.broadcast(
+        F.broadcast(ctis.select(F.col(POS).alias("__cpos"), CTI))
+        .join(events, (F.col(START) < F.col(CTI)) & (F.col(END) >= F.col(CTI)))
+        .select(F.col("__cpos").alias(POS), CTI, *as_cut)
+        .distinct()
+    )  # a row per CTI and group that an event spans: few
+    floors = (
+        spanned.join(endpoints, reduce(Column.__and__, same, F.col("__p") < F.col(CTI)))
+        .groupBy(POS, *cut)
+        .agg(F.max("__p").alias("__f"))
+        .groupBy(POS)
+        .agg(F.min("__f").alias("__f"))
     )
-    running = Window.orderBy("__t", "__typ").rowsBetween(Window.unboundedPreceding, 0)
-    floor = F.greatest(
-        F.lit(state.done), F.max(F.when(F.col("__typ") == 1, F.col("__t"))).over(running)
-    )
-    # A CTI c is held back to that endpoint while an event has start < c <= end; else it is c.
-    held_back = (
-        F.broadcast(ctis)
-        .join(events, (F.col(START) < F.col(CTI)) & (F.col(END) >= F.col(CTI)), "left_semi")
-        .select(POS, F.lit(True).alias("__held"))
-    )
-    moved = (
-        both.withColumn("__f", floor)
-        .filter(F.col("__typ") == 0)
-        .join(held_back, POS, "left")
-        .select(
-            POS,
-            F.when(F.col("__t") == MAX_TIME, F.col("__t"))
-            .when(F.col("__held"), F.col("__f"))
-            .otherwise(F.col("__t"))
-            .alias(CTI),
-        )
+    moved = ctis.join(floors, POS, "left").select(
+        POS,
+        F.when(F.col(CTI) == MAX_TIME, F.col(CTI))
+        .when(F.col("__f").isNotNull(), F.col("__f"))
+        .otherwise(F.col(CTI))
+        .alias(CTI),
     )
     out_ctis = cache.keep(rising_rows(moved, state.emitted))
-    done = state.done
-    last_cti = MIN_TIME
-    if fresh:  # the largest endpoint below c_last, and whether an event holds c_last back
-        found = (
-            endpoints.filter(F.col("__p") < F.lit(c_last))
-            .select(F.max("__p").alias("__p"), F.lit(0).cast("long").alias("__n"))
-            .unionByName(
-                events.filter((F.col(START) < c_last) & (F.col(END) >= c_last)).select(
-                    F.lit(None).cast("long").alias("__p"), F.count("*").alias("__n")
-                )
+    # CTIs only rise through this operator (an event spanning a later CTI starts at or after
+    # an earlier one, or spans it too), so the last one emitted is the largest
+    emitted = out_ctis.agg(F.max(CTI)).first()[0] if fresh else None
+    emitted = state.emitted if emitted is None else max(state.emitted, emitted)
+    if c_last == MAX_TIME:
+        held = None
+    elif fresh:  # each group's largest endpoint below c_last becomes its done
+        below = [F.when(F.col(t) < F.lit(c_last), F.col(t)) for t in (START, END)]
+        done = F.max(F.greatest(F.col(_DONE), *below)).over(group)
+        held = hold(
+            events.withColumn(_DONE, done).filter(
+                F.col(_DONE).isNull() | (F.col(END) > F.col(_DONE))
             )
-            .collect()
         )
-        below = max((r["__p"] for r in found if r["__p"] is not None), default=MIN_TIME)
-        done = max(done, below)
-        last_cti = done if sum(r["__n"] for r in found) and c_last != MAX_TIME else c_last
-    held = None if c_last == MAX_TIME else hold(events.filter(F.col(END) > F.lit(done)))
-    emitted = max(state.emitted, last_cti)
-    return Flow(results, out_ctis, False), SnapshotState(held, done, emitted)
+    else:
+        held = hold(events)
+    return Flow(results, out_ctis, False), SnapshotState(held, emitted)

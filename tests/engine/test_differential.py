@@ -571,18 +571,19 @@ def _lookup_case(short: bool = False) -> Case:
     return Case(script, shapes, {"a": by_count, "b": imports}, 20)
 
 
-@pytest.mark.parametrize("after", ["-", "window"])
 @pytest.mark.parametrize(
-    "cuts, short, mode",
+    "cuts, short, mode, after",
     [
-        # every way of pairing, in one epoch, cut, and with a short reference side; "mixed",
-        # which changes its way from epoch to epoch, at more cuts
+        # every way of pairing, in one epoch, cut, and with a short reference side, the join
+        # read by a window or not (each way of pairing and each cut both); "mixed", which
+        # changes its way from epoch to epoch, at more cuts
         *[
-            (c, s, m)
-            for c, s in (([], False), ([2, 6, 12], False), ([6, 9, 15], True))
-            for m in ("collected", "cogroup", "mixed")
+            (c, s, m, ("-", "window")[(i + j) % 2])
+            for i, (c, s) in enumerate((([], False), ([2, 6, 12], False), ([6, 9, 15], True)))
+            for j, m in enumerate(("collected", "cogroup", "mixed"))
         ],
-        *[(c, False, "mixed") for c in ([3, 9], [5, 11, 16, 19])],
+        ([3, 9], False, "mixed", "-"),
+        ([5, 11, 16, 19], False, "mixed", "window"),
     ],
 )
 def test_a_lookup_join_pairs_packed_events_as_the_reference_does(
@@ -1185,15 +1186,16 @@ def compositions(draw, names: tuple[str, ...], budget: int):
 def group_fns(draw, names: tuple[str, ...], budget: int):
     """``(reference fn, Spark fn, operators used)``: a sub-query of ``group_apply`` over the
     group's stream, payload ``(k, v)``, of at most ``budget`` operators: the unary operators,
-    windows of every kind but snapshots (grouped by ``k``, the group key, or not: the key is in
-    every result), unions of the group's own streams, joins, anti-joins, left outer joins and
-    clips on ``k`` with the group's stream on the left and, on the right, the group's stream or
-    another composition. A window reads its events with a duration of 4 (group_apply windows no
-    events that may end at +inf)."""
+    windows of every kind (grouped by ``k``, the group key, or not: the key is in every result),
+    unions of the group's own streams, joins, anti-joins, left outer joins and clips on ``k``
+    with the group's stream on the left and, on the right, the group's stream or another
+    composition. A window other than a snapshot reads its events with a duration of 4
+    (group_apply windows no events that may end at +inf); a snapshot reads them as they are."""
     if budget == 0 or draw(st.integers(0, 3)) == 0:
         return (lambda g: g), (lambda s, g: g), 0
     binary = ["union", "join", "anti_join", "left_outer_join", "clip"]
-    op = draw(st.sampled_from(["unary", "window", "count", "session", "top_k", "apply", *binary]))
+    windows = ["window", "snapshot", "count", "session", "top_k", "apply"]
+    op = draw(st.sampled_from(["unary", *windows, *binary]))
     if op in binary:
         lf, lb, ln = draw(group_fns(names, budget - 1))
         if op == "union" or draw(st.booleans()):
@@ -1245,13 +1247,21 @@ def group_fns(draw, names: tuple[str, ...], budget: int):
     if op == "unary":
         ref, spark = UNARY[draw(st.sampled_from(sorted(UNARY)))]
         return (lambda g: ref(cf(g))), (lambda s, g: spark(cb(s, g))), cn + 1
-    keys = draw(st.sampled_from([(), ("k",)]))  # the group key, in the result either way
+    # Spark's window is grouped by the group key or not (the rewrite adds it); the reference's
+    # always is: within a group ``k`` is one value, so grouping by it only keeps it in the payload
+    keys = draw(st.sampled_from([(), ("k",)]))
+    if op == "snapshot":  # cut at the group's own endpoints
+        return (
+            (lambda g: Snapshot(cf(g), ("k",), (("v", len),))),
+            (lambda s, g: _by(cb(s, g).snapshot_window(), keys).aggregate(v=F.count("*"))),
+            cn + 1,
+        )
     if op != "window":
         return (*_group_window(draw, op, cf, cb, keys), cn + 1)
     size, hop = draw(st.sampled_from([(10, 5), (8, 8)]))
 
     def ref_window(g):
-        return Window(AlterEventDuration(cf(g), 4), size, hop, keys, (("v", len),))
+        return Window(AlterEventDuration(cf(g), 4), size, hop, ("k",), (("v", len),))
 
     def spark_window(s, g):
         windowed = cb(s, g).alter_event_duration(TICK * 4).hopping_window(TICK * size, TICK * hop)
@@ -1262,39 +1272,39 @@ def group_fns(draw, names: tuple[str, ...], budget: int):
 
 def _group_window(draw, op: str, cf, cb, keys: tuple[str, ...]) -> tuple:
     """``(reference fn, Spark fn)``: a count or session window, or a windowed top-k or apply
-    (tumbling or hopping), over ``cf``/``cb`` given a duration of 4, grouped by ``keys``; the
-    payload stays ``(k, v)``."""
+    (tumbling, hopping or snapshot), over ``cf``/``cb`` given a duration of 4 (a snapshot: as
+    they are), grouped by ``keys``; the payload stays ``(k, v)``."""
     if op in ("count", "session"):
         node, call = COUNT_SESSION[
             draw(st.sampled_from(sorted(w for w in COUNT_SESSION if w.startswith(op))))
         ]
         return (
-            (lambda g: node(AlterEventDuration(cf(g), 4), keys, (("v", len),))),
+            (lambda g: node(AlterEventDuration(cf(g), 4), ("k",), (("v", len),))),
             (
                 lambda s, g: _by(call(cb(s, g).alter_event_duration(TICK * 4)), keys).aggregate(
                     v=F.count("*")
                 )
             ),
         )
-    size, hop = draw(st.sampled_from([w for w in ROW_WINDOWS if w[0]]))  # no snapshots
+    size, hop = draw(st.sampled_from(ROW_WINDOWS))
+
+    def ref_in(g):
+        return cf(g) if size == 0 else AlterEventDuration(cf(g), 4)
 
     def cut(s, g):
-        return _by(windowed(cb(s, g).alter_event_duration(TICK * 4), size, hop), keys)
+        events = cb(s, g) if size == 0 else cb(s, g).alter_event_duration(TICK * 4)
+        return _by(windowed(events, size, hop), keys)
 
     if op == "apply":
         return (
-            (
-                lambda g: Apply(
-                    AlterEventDuration(cf(g), 4), size, hop, keys, distinct_values, ("v",)
-                )
-            ),
+            (lambda g: Apply(ref_in(g), size, hop, ("k",), distinct_values, ("v",))),
             (lambda s, g: cut(s, g).apply(distinct_values, "v bigint")),
         )
     v = (F.col("v") + F.col("rank")).alias("v")
     return (
         (
             lambda g: Select(
-                TopK(AlterEventDuration(cf(g), 4), size, hop, keys, 2, (("v", False, False),)),
+                TopK(ref_in(g), size, hop, keys, 2, (("v", False, False),)),
                 lambda p: {"k": p["k"], "v": p["v"] + p["rank"]},
             )
         ),

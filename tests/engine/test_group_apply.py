@@ -201,6 +201,41 @@ def test_group_apply_keeps_only_its_groups_operator_state(app):
         app.queries.pop(name, None)
 
 
+def test_a_snapshot_per_group_holds_only_events_of_snapshots_not_yet_final(app):
+    # Points 0, 2, .., 38 (k = t % 4: groups 0 and 2), a CTI at each start, no flush, in 3
+    # epochs; per group a snapshot window. The last CTI is 38.
+    #   Group 2 (2, 6, .., 38): endpoints .., 34, 35, 38, 39; the largest below 38 is 35, and
+    #   snapshots up to [34, 35) are final; [38, 39) may still change: held.
+    #   Group 0 (0, 4, .., 36): the largest endpoint below 38 is 37: [36, 37) is final and
+    #   nothing is held.
+    # One row of state; 19 results, one per point but 38, each n = 1 (a group's snapshots are
+    # cut at its own endpoints: no point of the other group splits them).
+    script = EventScript()
+    for t in range(0, 40, 2):
+        script.insert("a", point(t, {"k": t % 4, "v": t}))
+    stream = Stream.create(
+        "a",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=script),
+        EventShape.POINT,
+        AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, False)),
+    )
+    name = "group-snapshot-state"
+    query = stream.group_apply(
+        "k", lambda g: g.snapshot_window().aggregate(n=F.count("*"))
+    ).to_query(app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.INTERVAL)
+    try:
+        query.run(epochs=3)
+        state = query.operator_metrics()
+        assert [v["state_rows"] for v in state.values()] == [1], state
+        out = [e for e in MemoryOutputFactory.collected(name) if not e.is_cti]
+        assert [(e.start, e.end, e.payload["k"], e.payload["n"]) for e in out] == [
+            (t, t + 1, t % 4, 1) for t in range(0, 38, 2)
+        ]
+    finally:
+        app.queries.pop(name, None)
+
+
 def test_explain_shows_group_apply_above_fns_operators_and_the_group(app):
     stream = _stream().group_apply(
         "k", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*"))
@@ -284,11 +319,28 @@ def test_a_union_with_another_stream_is_refused():
         _stream().group_apply("k", lambda g: g.union(other))
 
 
-def test_a_snapshot_inside_group_apply_is_refused_with_the_fix(app):
-    with pytest.raises(QueryBuildError, match=r"snapshot_window.*is not supported inside"):
-        _stream().group_apply("k", lambda g: g.snapshot_window().aggregate(n=F.count("*")))
-    with pytest.raises(QueryBuildError, match=r"snapshot_window.*top_k.*is not supported inside"):
-        _stream().group_apply("k", lambda g: g.snapshot_window().top_k(1, F.col("v").desc()))
+@pytest.mark.parametrize("epochs", [1, [1, 3]])
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        (hand.snapshot_script, hand.SNAPSHOT_OUT),
+        (hand.snapshot_floors_script, hand.SNAPSHOT_FLOORS_OUT),
+    ],
+    ids=["one-group-holds-all", "each-groups-floor"],
+)
+def test_snapshots_inside_group_apply_are_cut_at_each_groups_own_endpoints(
+    app, script, expected, epochs
+):
+    # The hand-worked timelines of tests/reference/test_group_apply.py: each group's snapshots
+    # are cut at its own endpoints only, and the CTI is held back to the endpoint of the group
+    # whose event spans it (the minimum over such groups), with open snapshots carried across
+    # the epoch cuts.
+    def build(s):
+        return s["a"].group_apply("k", lambda g: g.snapshot_window().aggregate(n=F.count("*")))
+
+    inputs = {"a": In(EventShape.INTERVAL, EVERY, schema="k string")}
+    out, _ = spark_run(app, script(), inputs, build, EventShape.INTERVAL, epochs)
+    assert out == expected
 
 
 # -- substreams: the key kept ----------------------------------------------------------------------

@@ -75,29 +75,75 @@ def snapshot_script() -> EventScript:
     return script
 
 
+SNAPSHOT_PLAN = GroupApply(Input("a"), ("k",), lambda g: Snapshot(g, (), (("n", count),)))
+# Input CTIs: 0 (after [0, 10) a), 2, 5, 8 (after b's [2, 3), [5, 6), [8, 9)), then +inf.
+# Group a: [0, 10) has start < c <= end for c = 2, 5, 8, so its snapshot CTI stays at the
+# snapshot start 0 until +inf (CTI 0 itself: no event has 0 < 0, so 0).
+# Group b alone would move on: snapshots are cut at b's own endpoints 2, 3, 5, 6, 8, 9 (not
+# at a's 0 and 10); at CTI 5 no b event has start < 5 <= end, so its CTI is 5, and [2, 3)
+# is final (3 < 5); at 8 its CTI is 8 and [5, 6) is final.
+# Group without events: CTIs 0, 2, 5, 8, +inf as they come.
+# Minimum over groups: 0 at the first event, then a holds it at 0 until +inf: b's results
+# [2, 3) and [5, 6), computed at CTIs 5 and 8, are released only at +inf, with a's [0, 10)
+# (one snapshot: no other group's endpoint cuts it) and b's [8, 9).
+SNAPSHOT_OUT = [
+    cti(0),
+    interval(0, 10, {"k": "a", "n": 1}),
+    interval(2, 3, {"k": "b", "n": 1}),
+    interval(5, 6, {"k": "b", "n": 1}),
+    interval(8, 9, {"k": "b", "n": 1}),
+    cti(INF),
+]
+
+
 def test_a_snapshot_in_one_group_holds_back_the_results_of_every_group():
-    plan = GroupApply(Input("a"), ("k",), lambda g: Snapshot(g, (), (("n", count),)))
     result = run_reference(
-        snapshot_script(), [Binding("a", EVERY, ("k",))], plan, EventShape.INTERVAL
+        snapshot_script(), [Binding("a", EVERY, ("k",))], SNAPSHOT_PLAN, EventShape.INTERVAL
     )
-    # Input CTIs: 0 (after [0, 10) a), 2, 5, 8 (after b's [2, 3), [5, 6), [8, 9)), then +inf.
-    # Group a: [0, 10) has start < c <= end for c = 2, 5, 8, so its snapshot CTI stays at the
-    # snapshot start 0 until +inf (CTI 0 itself: no event has 0 < 0, so 0).
-    # Group b alone would move on: snapshots are cut at b's own endpoints 2, 3, 5, 6, 8, 9 (not
-    # at a's 0 and 10); at CTI 5 no b event has start < 5 <= end, so its CTI is 5, and [2, 3)
-    # is final (3 < 5); at 8 its CTI is 8 and [5, 6) is final.
-    # Group without events: CTIs 0, 2, 5, 8, +inf as they come.
-    # Minimum over groups: 0 at the first event, then a holds it at 0 until +inf: b's results
-    # [2, 3) and [5, 6), computed at CTIs 5 and 8, are released only at +inf, with a's [0, 10)
-    # (one snapshot: no other group's endpoint cuts it) and b's [8, 9).
-    assert result.output == [
-        cti(0),
-        interval(0, 10, {"k": "a", "n": 1}),
-        interval(2, 3, {"k": "b", "n": 1}),
-        interval(5, 6, {"k": "b", "n": 1}),
-        interval(8, 9, {"k": "b", "n": 1}),
-        cti(INF),
-    ]
+    assert result.output == SNAPSHOT_OUT
+
+
+# -- each group's snapshot holds the CTI back to its own endpoint --------------------------------
+def snapshot_floors_script() -> EventScript:
+    script = EventScript()
+    script.insert("a", interval(0, 5, {"k": "x"}))
+    script.insert("a", interval(3, 7, {"k": "y"}))
+    script.insert("a", interval(4, 12, {"k": "y"}))
+    script.insert("a", interval(6, 8, {"k": "x"}))
+    return script
+
+
+# Input CTIs: 0, 3, 4, 6 (one after each event), then +inf.
+# Group x (endpoints 0, 5, then 6, 8 once [6, 8) arrives):
+#   c=0: nothing has start < 0 -> 0.  c=3, c=4: [0, 5) spans them -> x's endpoint below: 0.
+#   c=6: [0, 5) ended (5 < 6), [6, 8) starts at 6 (not < 6): nothing spans 6 -> 6.
+#   Snapshots: [0, 5) (n 1) final at CTI 6 (5 < 6); [5, 6) holds nothing; [6, 8) at +inf.
+# Group y (endpoints 3, 7, then 4, 12):
+#   c=0: no event -> 0.  c=3: [3, 7) starts at 3 (not < 3) -> 3.  c=4: [3, 7) spans 4 -> y's
+#   endpoint below 4: 3 (4 is [4, 12)'s start, not below 4).  c=6: both span 6 -> below 6: 4.
+#   Snapshots: [3, 4) (n 1) final at CTI 6; [4, 7) (n 2) and [7, 12) (n 1) at +inf.
+# Group without events: 0, 3, 4, 6, +inf.
+# Minimum over the groups' latest CTIs: 0 at 0, 3 and 4 (x holds it at 0), min(x 6, y 4) = 4 at
+# CTI 6: the x floor that held the CTI is gone and y's, a different endpoint, takes over. Over
+# all events at once the snapshot would be cut at every endpoint (0, 3, 4, 5, 6, 7, 8, 12) and
+# its CTI at 6 would be 5, x's end.
+SNAPSHOT_FLOORS_OUT = [
+    cti(0),
+    interval(0, 5, {"k": "x", "n": 1}),
+    interval(3, 4, {"k": "y", "n": 1}),
+    cti(4),
+    interval(4, 7, {"k": "y", "n": 2}),
+    interval(6, 8, {"k": "x", "n": 1}),
+    interval(7, 12, {"k": "y", "n": 1}),
+    cti(INF),
+]
+
+
+def test_each_groups_snapshot_holds_the_cti_back_to_its_own_endpoint():
+    result = run_reference(
+        snapshot_floors_script(), [Binding("a", EVERY, ("k",))], SNAPSHOT_PLAN, EventShape.INTERVAL
+    )
+    assert result.output == SNAPSHOT_FLOORS_OUT
 
 
 def test_without_group_apply_the_snapshot_of_group_b_alone_releases_at_once():
