@@ -38,6 +38,7 @@ __all__ = [
     "diagnostic_rows",
     "diagnostic_schema",
     "diagnostics_flow",
+    "end_edge_fates",
 ]
 
 #: the diagnostic columns, before the item's own payload: ``action`` (``dropped`` /
@@ -76,6 +77,21 @@ def check_diagnostics(name: str, payload: list[str]) -> None:
         )
 
 
+def end_edge_fates(rows: DataFrame, events: DataFrame) -> tuple[DataFrame, Column, Column]:
+    """What ingress did with each END edge of ``rows`` (the ingress scan's rows, with
+    ``__viol``), seen from ``events`` (what the input emits), semantics §3.4: ``rows`` with
+    that known, and two conditions over it: ``gone``, an END edge missing from ``events``,
+    which went with its dropped START edge (whether it broke the CTI or not); ``cut``, one
+    there that broke the CTI, which ended its START edge at the CTI instead."""
+    c = F.col
+    is_end = (c(KIND) == Kind.INSERT) & c(EDGE).eqNullSafe("END")
+    closed = events.filter(c(EDGE).eqNullSafe("END")).select(
+        c(POS).alias("__kpos"), F.lit(True).alias("__k")
+    )
+    rows = rows.join(closed, c(POS) == c("__kpos"), "left")
+    return rows, is_end & c("__k").isNull(), is_end & c("__viol") & c("__k").isNotNull()
+
+
 def diagnostic_rows(
     a: DataFrame, events: DataFrame, spec: InputSpec, version_ends: DataFrame | None = None
 ) -> DataFrame:
@@ -102,12 +118,8 @@ def diagnostic_rows(
         opened = a.filter(insert & c("__viol") & ~is_end).select(*[f"`{k}`" for k in scanned])
         violated = opened.unionByName(version_ends)
         dropped = c("__drop")
-    elif spec.edges:
-        # an END edge missing from ``events`` went with its dropped START edge (counted dropped
-        # whether it broke the CTI or not); one there that broke the CTI closed it at ``c``
-        closed = events.filter(is_end).select(c(POS).alias("__kpos"), F.lit(True).alias("__k"))
-        rows = a.filter(insert & (c("__viol") | is_end)).join(closed, c(POS) == c("__kpos"), "left")
-        gone = is_end & c("__k").isNull()
+    elif spec.edges:  # an END edge gone with its dropped START edge is dropped too
+        rows, gone, _ = end_edge_fates(a.filter(insert & (c("__viol") | is_end)), events)
         violated = rows.filter(c("__viol") | gone)
         dropped = c("__drop") | gone
     else:

@@ -58,6 +58,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ctistream.engine.diagnostics import end_edge_fates
 from ctistream.engine.observer import RunObserver
 from ctistream.engine.plan import walk
 from ctistream.engine.rows import CTI, EDGE, END, KEY, KIND, POS, START, Flow, payload_columns
@@ -258,15 +259,9 @@ class Trace(RunObserver):
         """
         c = F.col
         rows = a.filter(c(KIND).isin("INSERT", "CTI", "EOI"))
-        is_end = c(EDGE).eqNullSafe("END")
         dropped, adjusted, reason = c("__drop"), c("__adj"), F.when(c("__viol"), "cti-violation")
         if spec.edges:
-            closed = events.filter(is_end).select(c(POS).alias("__kpos"), F.lit(1).alias("__k"))
-            rows = rows.join(closed, F.col(POS) == F.col("__kpos"), "left")
-            # an END edge missing from ``events`` was dropped with its START edge; one that broke
-            # the CTI and is there closed its START edge at the CTI (semantics §3.4)
-            cascade = (c(KIND) == "INSERT") & is_end & c("__k").isNull()
-            late = (c(KIND) == "INSERT") & is_end & c("__viol") & c("__k").isNotNull()
+            rows, cascade, late = end_edge_fates(rows, events)
             dropped, adjusted = dropped | cascade, adjusted | late
             reason = F.when(cascade, "start-dropped").when(c("__viol"), "cti-violation")
         start, end, new = c(START), c(END), F.when(adjusted, c("__cb"))
