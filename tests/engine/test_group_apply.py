@@ -168,13 +168,12 @@ def _stream(name: str = "a", script: EventScript | None = None, **kwargs) -> Str
     )
 
 
-def test_group_apply_keeps_only_its_groups_operator_state(app):
-    # Points 0, 2, .., 98 (k = t % 4, v = t), a CTI at each start, no flush, in 5 epochs; per
-    # group a tumbling window of 10. The last CTI is 98: windows up to [80, 90) are complete, and
-    # [90, 100) is open with the groups k = 0 (92, 96) and k = 2 (90, 94, 98): the window holds
-    # two rows of partial aggregates, one per group; the group and group_apply nodes hold none.
+def _run_unflushed(app, last: int, fn, shape: EventShape, epochs: int) -> tuple[dict, list]:
+    """Points 0, 2, .., ``last`` (k = t % 4: groups 0 and 2, v = t), a CTI at each start and
+    none at the end (no flush), grouped by ``k`` into ``fn``, run in ``epochs``: the query's
+    ``operator_metrics()`` and the events it delivered."""
     script = EventScript()
-    for t in range(0, 100, 2):
+    for t in range(0, last + 1, 2):
         script.insert("a", point(t, {"k": t % 4, "v": t}))
     stream = Stream.create(
         "a",
@@ -183,22 +182,36 @@ def test_group_apply_keeps_only_its_groups_operator_state(app):
         EventShape.POINT,
         AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, False)),
     )
-    name = "group-state"
-    query = stream.group_apply(
-        "k", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*"), s=F.sum("v"))
-    ).to_query(app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT)
+    name = f"group-state-{next(_names)}"
+    query = stream.group_apply("k", fn).to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), shape
+    )
     try:
-        query.run(epochs=5)
-        state = query.operator_metrics()
-        assert list(state) == ["2:window"]
-        assert state["2:window"]["state_rows"] == 2
-        assert state["2:window"]["cti_ticks"] == 90
-        out = [e for e in MemoryOutputFactory.collected(name) if not e.is_cti]
-        # 9 complete windows, both groups in each: [0, 10) k=0 has 0, 4, 8; k=2 has 2, 6
-        assert len(out) == 18
-        assert [e.payload for e in out[:2]] == [{"k": 0, "n": 3, "s": 12}, {"k": 2, "n": 2, "s": 8}]
+        query.run(epochs=epochs)
+        events = [e for e in MemoryOutputFactory.collected(name) if not e.is_cti]
+        return query.operator_metrics(), events
     finally:
         app.queries.pop(name, None)
+
+
+def test_group_apply_keeps_only_its_groups_operator_state(app):
+    # Points 0, 2, .., 98 (k = t % 4, v = t), a CTI at each start, no flush, in 5 epochs; per
+    # group a tumbling window of 10. The last CTI is 98: windows up to [80, 90) are complete, and
+    # [90, 100) is open with the groups k = 0 (92, 96) and k = 2 (90, 94, 98): the window holds
+    # two rows of partial aggregates, one per group; the group and group_apply nodes hold none.
+    state, out = _run_unflushed(
+        app,
+        98,
+        lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*"), s=F.sum("v")),
+        EventShape.POINT,
+        5,
+    )
+    assert list(state) == ["2:window"]
+    assert state["2:window"]["state_rows"] == 2
+    assert state["2:window"]["cti_ticks"] == 90
+    # 9 complete windows, both groups in each: [0, 10) k=0 has 0, 4, 8; k=2 has 2, 6
+    assert len(out) == 18
+    assert [e.payload for e in out[:2]] == [{"k": 0, "n": 3, "s": 12}, {"k": 2, "n": 2, "s": 8}]
 
 
 def test_a_snapshot_per_group_holds_only_events_of_snapshots_not_yet_final(app):
@@ -210,30 +223,17 @@ def test_a_snapshot_per_group_holds_only_events_of_snapshots_not_yet_final(app):
     #   nothing is held.
     # One row of state; 19 results, one per point but 38, each n = 1 (a group's snapshots are
     # cut at its own endpoints: no point of the other group splits them).
-    script = EventScript()
-    for t in range(0, 40, 2):
-        script.insert("a", point(t, {"k": t % 4, "v": t}))
-    stream = Stream.create(
-        "a",
-        MemoryInputFactory(),
-        MemoryInputConfig(script=script),
-        EventShape.POINT,
-        AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, False)),
+    state, out = _run_unflushed(
+        app,
+        38,
+        lambda g: g.snapshot_window().aggregate(n=F.count("*")),
+        EventShape.INTERVAL,
+        3,
     )
-    name = "group-snapshot-state"
-    query = stream.group_apply(
-        "k", lambda g: g.snapshot_window().aggregate(n=F.count("*"))
-    ).to_query(app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.INTERVAL)
-    try:
-        query.run(epochs=3)
-        state = query.operator_metrics()
-        assert [v["state_rows"] for v in state.values()] == [1], state
-        out = [e for e in MemoryOutputFactory.collected(name) if not e.is_cti]
-        assert [(e.start, e.end, e.payload["k"], e.payload["n"]) for e in out] == [
-            (t, t + 1, t % 4, 1) for t in range(0, 38, 2)
-        ]
-    finally:
-        app.queries.pop(name, None)
+    assert [v["state_rows"] for v in state.values()] == [1], state
+    assert [(e.start, e.end, e.payload["k"], e.payload["n"]) for e in out] == [
+        (t, t + 1, t % 4, 1) for t in range(0, 38, 2)
+    ]
 
 
 def test_explain_shows_group_apply_above_fns_operators_and_the_group(app):
