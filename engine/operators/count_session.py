@@ -20,7 +20,9 @@ still open at a multiple ``m`` of ``D`` (grid from 0) with ``m - first start >= 
 closed (its end ``<= c``).
 CTI rule (§5): ``min(c, start of the earliest session still open)``. An open START edge reaches
 +inf until its END edge comes, so it holds its session (and the CTI) open; at the CTI +inf every
-session closes, one ending at +inf too. State: the events of the sessions still open.
+session closes, one ending at +inf too. State: the sessions still open, each as a summary row
+of partial aggregates for its events that start before the latest CTI (up to its first open
+START edge) where the aggregates merge, and its other events (:class:`SessionState`).
 
 Both use global CTIs only: keyed CTIs are merged (dropped) as for snapshot windows.
 """
@@ -32,13 +34,27 @@ from functools import reduce
 
 import pandas as pd
 from ctistream.engine.ctis import rising_rows
+from ctistream.engine.exact import compress_column
 from ctistream.engine.operators.window import (
     close_edges,
     exact_aggregates,
+    merges_of,
     place_results,
     repeatable,
+    sums_decimals,
 )
-from ctistream.engine.rows import CTI, EDGE, END, HEADER, POS, START, EpochCache, Flow, hold
+from ctistream.engine.rows import (
+    CTI,
+    EDGE,
+    END,
+    HEADER,
+    POS,
+    START,
+    EpochCache,
+    Flow,
+    hold,
+    sql_names,
+)
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -51,6 +67,7 @@ __all__ = [
 ]
 
 _OPEN = "__open"
+_SF, _SE, _SN, _CUT, _REACH = "__sf", "__se", "__sn", "__cut", "__reach"
 
 
 @dataclass
@@ -63,9 +80,16 @@ class CountState:
 
 @dataclass
 class SessionState:
-    """The events of the sessions still open and the last CTI the window emitted."""
+    """What a session window keeps of its open sessions, and the last CTI it emitted.
+
+    ``partials``: per group at most one summary row, for the open session that the last CTI is
+    inside, where the aggregates merge (:func:`engine.operators.window.merges_of`): the partial
+    aggregates and the reach (largest ``end + timeout``) of the session's events that start
+    before that CTI and before the session's first open START edge. ``held``: every other
+    event of an open session."""
 
     held: DataFrame | None = None
+    partials: DataFrame | None = None
     emitted: int = MIN_TIME
 
 
@@ -165,23 +189,26 @@ def _grid_cap(first: int, max_duration: int | None) -> int:
 
 
 def sessions_of(
-    starts: list[int], ends: list[int], timeout: int, max_duration: int | None
-) -> list[tuple[int, int]]:
-    """The sessions ``(first start, end)`` of one group's events, given in start order (§5):
-    an event joins the open session when its start is before the session's reach (``max end +
-    timeout``, +inf for an open edge) and before its ``max_duration`` end, else opens a new one.
-    Runs on the executors, per group (:func:`session_aggregate`)."""
-    out: list[tuple[int, int]] = []
-    first = reach = cap = MIN_TIME
-    for i, (s, e) in enumerate(zip(starts, ends, strict=True)):
-        if i and s < reach and s < cap:
-            reach = max(reach, min(e + timeout, MAX_TIME))
-            continue
-        if i:
-            out.append((first, min(reach, cap)))
-        first, reach, cap = s, min(e + timeout, MAX_TIME), _grid_cap(s, max_duration)
+    starts: list[int], reaches: list[int], opened: list[bool], max_duration: int | None
+) -> list[tuple[int, int, int]]:
+    """The sessions of one group's rows, given in start order (§5), as ``(first start, end,
+    first start of an open START edge in it or +inf)``: a row joins the open session when its
+    start is before the session's reach (the largest ``end + timeout`` so far, ``reaches``:
+    +inf for an open edge) and before its ``max_duration`` end, else opens a new one. A row is
+    an event or a summary of the first events of a session (:class:`SessionState`). Runs on
+    the executors, per group (:func:`session_aggregate`)."""
+    out: list[tuple[int, int, int]] = []
+    first = reach = cap = cut = MIN_TIME
+    for i, (s, r, o) in enumerate(zip(starts, reaches, opened, strict=True)):
+        if not i or s >= reach or s >= cap:
+            if i:
+                out.append((first, min(reach, cap), cut))
+            first, reach, cap, cut = s, r, _grid_cap(s, max_duration), MAX_TIME
+        reach = max(reach, r)
+        if o:
+            cut = min(cut, s)
     if starts:
-        out.append((first, min(reach, cap)))
+        out.append((first, min(reach, cap), cut))
     return out
 
 
@@ -198,53 +225,114 @@ def session_aggregate(
     events, payload = _events(flow, state.held, cache)
     c_last = flow.ctis.agg(F.max(CTI)).first()[0]
     c_last = MIN_TIME if c_last is None else c_last
+    exact = exact_aggregates(aggregates, events, call)
+    found = merges_of(aggregates, exact)
+    merges = found[0] if found is not None and not sums_decimals(events, found[1]) else None
+    summaries = state.partials if merges is not None else None
+    names = [*keys, *(name for name, _ in aggregates)]
+    quoted = sql_names(keys)
 
-    # Sessions per group, from the events held (open sessions) and the epoch's: a session that
-    # ends at or before a CTI c of the epoch is made of events before c's position (later ones
-    # start at or after c), so forming them over all of the epoch's events gives each the same.
+    # Sessions per group, from the open sessions held (summaries and events) and the epoch's
+    # events: a session that ends at or before a CTI c of the epoch is made of events before c's
+    # position (later ones start at or after c), so forming them over all of the epoch's events
+    # gives each the same. A summary is a row at its first start that reaches as far as its
+    # events did.
+    reach = f"least({END}, {MAX_TIME - timeout}) + {timeout}"  # end + timeout, +inf at most
+    rows = events.selectExpr(*quoted, START, f"{reach} AS {_REACH}", _OPEN)
+    if summaries is not None:
+        rows = rows.unionByName(
+            summaries.selectExpr(*quoted, f"{_SF} AS {START}", _REACH, f"false AS {_OPEN}")
+        )
     fields = {f.name: f for f in events.schema.fields}
     key_ddl = ", ".join(f"`{k}` {fields[k].dataType.simpleString()}" for k in keys)
-    schema = f"{key_ddl + ', ' if keys else ''}__sf long, __se long, __sn long"
+    schema = f"{key_ddl + ', ' if keys else ''}{_SF} long, {_SE} long, {_SN} long, {_CUT} long"
 
     def sessionize(pdf: pd.DataFrame) -> pd.DataFrame:
         pdf = pdf.sort_values(START, kind="stable")
-        found = sessions_of(pdf[START].tolist(), pdf[END].tolist(), timeout, max_duration)
+        found = sessions_of(
+            pdf[START].tolist(), pdf[_REACH].tolist(), pdf[_OPEN].tolist(), max_duration
+        )
         rows = {k: [pdf[k].iloc[0]] * len(found) for k in keys}
-        rows["__sf"] = [f for f, _ in found]
-        rows["__se"] = [e for _, e in found]
-        rows["__sn"] = [f for f, _ in found[1:]] + [MAX_TIME]
-        return pd.DataFrame(rows, columns=[*keys, "__sf", "__se", "__sn"])
+        rows[_SF] = [f for f, _, _ in found]
+        rows[_SE] = [e for _, e, _ in found]
+        rows[_SN] = [f for f, _, _ in found[1:]] + [MAX_TIME]
+        rows[_CUT] = [c for _, _, c in found]
+        return pd.DataFrame(rows, columns=[*keys, _SF, _SE, _SN, _CUT])
 
-    sessions = cache.keep(
-        events.select(*keys, START, END).groupBy(*keys).applyInPandas(sessionize, schema)
-    )
-    closed = sessions.filter(F.lit(c_last == MAX_TIME) | (F.col("__se") <= F.lit(c_last)))
+    sessions = cache.keep(rows.groupBy(*keys).applyInPandas(sessionize, schema))
     inside = events.alias("e").join(
-        F.broadcast(closed.alias("s")),
+        F.broadcast(sessions.alias("s")),
         _same_group(keys, "e", "s")
-        & (F.col(f"e.{START}") >= F.col("s.__sf"))
-        & (F.col(f"e.{START}") < F.col("s.__sn")),
+        & (F.col(f"e.{START}") >= F.col(f"s.{_SF}"))
+        & (F.col(f"e.{START}") < F.col(f"s.{_SN}")),
     )
-    inside = inside.select(
-        *(F.col(f"s.{k}").alias(k) for k in keys),
-        "s.__sf",
-        "s.__se",
-        *(F.col(f"e.{c}").alias(c) for c in payload if c not in keys),
+    inside = cache.keep(
+        inside.select(
+            *(F.col(f"s.{k}").alias(k) for k in keys),
+            *(F.col(f"s.{c}") for c in (_SF, _SE, _CUT)),
+            *(F.col(f"e.{c}") for c in (START, END, POS, _OPEN)),
+            *(F.col(f"e.{c}").alias(c) for c in payload if c not in keys),
+        )
     )
-    exact = exact_aggregates(aggregates, events, call)
-    grouped = inside.groupBy("__sf", "__se", *keys).agg(
-        *[c.alias(name) for name, c in repeatable(aggregates, exact)]
-    )
+    # A session is closed once its end is at or before the last CTI. Of a session still open,
+    # the events that start before that CTI and before the session's first open START edge are
+    # summarized (with partial aggregates that merge): later events start at or after the CTI
+    # and an open edge's end can only shorten its own reach, so these events stay together,
+    # first in their session, and reach as far as they do now.
+    done = "true" if c_last == MAX_TIME else f"{_SE} <= {c_last}"
+    summed = f"({done}) OR {START} < least({c_last}, {_CUT})" if merges is not None else done
+    by_session = [*quoted, _SF, _SE]
+    if merges is not None:
+        partials = [name for m in merges for name, _ in m.partial]
+        merged = (
+            inside.filter(summed)
+            .groupBy(*by_session)
+            .agg(
+                *(col.alias(name) for m in merges for name, col in m.partial),
+                F.max(F.expr(reach)).alias(_REACH),
+            )
+        )
+        if summaries is not None:
+            carried = summaries.alias("p").join(
+                sessions.alias("s"),
+                _same_group(keys, "p", "s") & (F.col(f"p.{_SF}") == F.col(f"s.{_SF}")),
+            )
+            carried = carried.select(
+                *(F.col(f"s.{k}").alias(k) for k in keys),
+                *(F.col(f"s.{c}") for c in (_SF, _SE)),
+                *(F.col(f"p.{c}") for c in (*partials, _REACH)),
+            )
+            again = [
+                F.expr(f"{sql} AS {name}")
+                for m in merges
+                for sql, (name, _) in zip(m.merge, m.partial, strict=True)
+            ]
+            merged = (
+                merged.unionByName(carried)
+                .groupBy(*by_session)
+                .agg(*again, F.max(_REACH).alias(_REACH))
+            )
+        merged = cache.keep(merged)
+        finals = [
+            (F.expr(m.final) if isinstance(m.final, str) else m.final).alias(name)
+            for m, (name, _) in zip(merges, aggregates, strict=True)
+        ]
+        grouped = merged.filter(done).select(*by_session, *finals)
+    else:
+        grouped = (
+            inside.filter(done)
+            .groupBy(*by_session)
+            .agg(*[c.alias(name) for name, c in repeatable(aggregates, exact)])
+        )
     ctis = cache.keep(flow.ctis)
-    names = [*keys, *(name for name, _ in aggregates)]
-    results = place_results(grouped, "__se", "__sf", "__se", names, ctis)
+    results = place_results(grouped, _SE, _SF, _SE, names, ctis)
 
     # Output CTIs: min(c, start of the earliest session still open at c).
     open_at = (
         F.broadcast(ctis)
-        .join(sessions, (F.col("__sf") < F.col(CTI)) & (F.col("__se") > F.col(CTI)), "left")
+        .join(sessions, (F.col(_SF) < F.col(CTI)) & (F.col(_SE) > F.col(CTI)), "left")
         .groupBy(POS, CTI)
-        .agg(F.min("__sf").alias("__m"))
+        .agg(F.min(_SF).alias("__m"))
         .select(POS, F.least(F.col(CTI), F.coalesce("__m", F.col(CTI))).alias(CTI))
     )
     moved = cache.keep(open_at)
@@ -252,16 +340,22 @@ def session_aggregate(
     top = moved.agg(F.max(CTI)).first()[0]
     emitted = state.emitted if top is None else max(state.emitted, top)
 
-    held = None
-    if c_last != MAX_TIME:  # the events of the sessions still open
-        still_open = sessions.filter(F.col("__se") > F.lit(c_last))
+    held = kept = None
+    if c_last != MAX_TIME:  # the open sessions: their events not summarized, and the summaries
         held = hold(
-            events.alias("e").join(
-                still_open.alias("s"),
-                _same_group(keys, "e", "s")
-                & (F.col(f"e.{START}") >= F.col("s.__sf"))
-                & (F.col(f"e.{START}") < F.col("s.__sn")),
-                "left_semi",
-            )
+            inside.filter(f"NOT ({summed})").selectExpr(START, END, POS, _OPEN, *sql_names(payload))
         )
-    return Flow(results, out_ctis, False), SessionState(held, emitted)
+        if merges is not None:
+            expansions = {p for m in merges for p in m.expansions}
+            kept = hold(
+                merged.filter(f"NOT ({done})").select(
+                    *quoted,
+                    _SF,
+                    _REACH,
+                    *(
+                        compress_column(F.col(p)).alias(p) if p in expansions else p
+                        for p in partials
+                    ),
+                )
+            )
+    return Flow(results, out_ctis, False), SessionState(held, kept, emitted)

@@ -264,10 +264,10 @@ def window_aggregate(
     # the same Columns every epoch: built once per query (engine.reuse)
     merges = None
     if spec.per_window is None:
-        merges = once(spec, tuple(exact), lambda: _merges(spec, exact))
+        merges = once(spec, tuple(exact), lambda: merges_of(spec.aggregates, exact))
     merging = state.partial
     if merging is None:  # decided once, at the operator's first epoch
-        merging = keyed is None and merges is not None and not _sums_decimals(new, merges[1])
+        merging = keyed is None and merges is not None and not sums_decimals(new, merges[1])
     key_last = None  # per key, the largest keyed input CTI up to this epoch
     if keyed is not None:
         seen = keyed.select(KEY, CTI)
@@ -453,10 +453,10 @@ class _Merge:
 _SAME = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
 
-def _merges(
-    spec: WindowSpec, exact: list[int] | None = None
+def merges_of(
+    aggregates: tuple[tuple[str, Column], ...], exact: list[int] | None = None
 ) -> tuple[list[_Merge], list[Column]] | None:
-    """The aggregates of ``spec`` as partial aggregates that merge, and the arguments of its sums
+    """``aggregates`` as partial aggregates that merge, and the arguments of their sums
     and averages; None if one of them does not merge: only ``count``, ``sum``, ``min``, ``max``,
     ``avg`` / ``mean`` of one argument, without DISTINCT, as plain (classic PySpark) Columns.
     The sums of the aggregates listed in ``exact`` are expansions (engine.exact, semantics §4):
@@ -464,7 +464,7 @@ def _merges(
     exact = exact or []
     out: list[_Merge] = []
     summed: list[Column] = []
-    for i, (_, col) in enumerate(spec.aggregates):
+    for i, (_, col) in enumerate(aggregates):
         call = _call(col)
         if call is None:
             return None
@@ -496,7 +496,7 @@ def _merges(
     return out, summed
 
 
-def _sums_decimals(events: DataFrame, summed: list[Column]) -> bool:
+def sums_decimals(events: DataFrame, summed: list[Column]) -> bool:
     """Whether a sum or average is over decimals: a sum of decimals widens its type each time
     it merges, and ``avg`` of decimals is a decimal, not a sum over a count in doubles."""
     if not summed:
@@ -785,12 +785,12 @@ def push_window(
 ) -> PushedWindow | None:
     """``spec`` as a :class:`PushedWindow` over an input with ``payload`` columns, its integer
     sums checked for overflow as Spark checks them in ANSI mode (``ansi``), or None where
-    its partial aggregates need Spark: an aggregate that does not merge (see :func:`_merges`)
+    its partial aggregates need Spark: an aggregate that does not merge (see :func:`merges_of`)
     or whose argument is not one payload column (``count(*)`` excepted), a sum over decimals,
     ``min``/``max`` of floating point (Spark orders NaN above every number, Arrow skips it),
     grouping keys of floating point or nested types (Spark makes -0.0 and 0.0 one group), and
     strings with a collation as keys or under ``min``/``max`` (Arrow compares bytes)."""
-    if _merges(spec) is None or spec.hop <= 0 or spec.size <= 0:
+    if merges_of(spec.aggregates) is None or spec.hop <= 0 or spec.size <= 0:
         return None
     types = {f.name: f.dataType for f in payload.fields}
 
@@ -809,7 +809,7 @@ def push_window(
     fields = StructType([StructField(_WS, LongType())])
     for i, (_, col) in enumerate(spec.aggregates):
         call = _call(col)
-        assert call is not None  # _merges took it
+        assert call is not None  # merges_of took it
         fn, arg = call
         node = arg._jc.node()
         kind = node.getClass().getSimpleName()

@@ -39,10 +39,12 @@ INF = cti(MAX_TIME)
 CUTS = [1, [2, 5]]  # random cuts: the differential tests
 
 
-def _both(app, script, build, plan, shape=EventShape.INTERVAL, in_shape=EventShape.POINT):
-    """Spark's output for every cut in CUTS (all equal) and the reference's (equal too)."""
+def _both(
+    app, script, build, plan, shape=EventShape.INTERVAL, in_shape=EventShape.POINT, cuts=CUTS
+):
+    """Spark's output for every cut in ``cuts`` (all equal) and the reference's (equal too)."""
     inputs = {"a": In(in_shape, EXPLICIT, "k string, v bigint")}
-    outs = [spark_run(app, script, inputs, lambda s: build(s["a"]), shape, c)[0] for c in CUTS]
+    outs = [spark_run(app, script, inputs, lambda s: build(s["a"]), shape, c)[0] for c in cuts]
     assert all(o == outs[0] for o in outs)
     expected = run_reference(script, [Binding("a", EXPLICIT, ("k", "v"))], plan, shape)
     assert outs[0] == expected.output
@@ -233,14 +235,47 @@ def test_an_open_edge_holds_its_session_open_until_its_end_edge(app):
     assert out == [cti(2), interval(2, 63, {"n": 1}), cti(70), INF]
 
 
+def test_a_session_kept_as_partial_aggregates_grows_past_an_open_edge(app):
+    script = EventScript()
+    row = {"k": "x", "v": 1}
+    for t in (1, 3):  # [t, t + 1) as an edge pair
+        script.insert("a", edge_start(t, row))
+        script.insert("a", edge_end(t, t + 1, row))
+    script.cti("a", 4)
+    script.insert("a", edge_start(5, row))
+    script.cti("a", 7)
+    script.insert("a", edge_start(9, row))
+    script.insert("a", edge_end(9, 10, row))
+    script.cti("a", 10)
+    script.insert("a", edge_end(5, 10, row))
+    script.cti("a", 11)
+    script.cti("a", 20)
+    # timeout 2, events [t, t + 1) (edge pairs). 1 reaches 2 + 2 = 4; 3 < 4 joins, reach 6.
+    # CTI 4: the session [1, 6) is open, the CTI min(4, 1) = 1; its events 1 and 3 start
+    # before 4: kept as one row of partial aggregates from here on. The open edge at 5 < 6
+    # joins and reaches +inf (CTI 7: still 1); 9 joins through it and, coming after the open
+    # edge, stays an event (CTI 10). Its END edge at 10 reaches 12, and 9 < 12 stays in: the
+    # session is [1, 12) with 4 events; CTI 11 < 12 leaves it open, CTI 20 closes it. Cut
+    # after every CTI, each epoch carries the partial aggregates to the next.
+    out = _both(
+        app,
+        script,
+        lambda s: s.session_window(TICK * 2).aggregate(n=F.count("*")),
+        SessionWindow(Input("a"), 2, None, (), (("n", _count),)),
+        in_shape=EventShape.EDGE,
+        cuts=[1, [5, 7, 10, 12]],
+    )
+    assert out == [cti(1), interval(1, 12, {"n": 4}), cti(20), INF]
+
+
 # -- state bounded by time --------------------------------------------------------------------
 
 
-def _state_after(app, name: str, windowed) -> dict:
-    """Points 0, 2, .., 98 (k = t % 4), a CTI at each start, in 5 epochs without the flush: the
-    operator's state after the run."""
+def _state_after(app, name: str, windowed, aggregate=None, times=range(0, 100, 2)) -> dict:
+    """Points at ``times`` (k = t % 4), a CTI at each start, in 5 epochs without the flush,
+    counted per ``k`` (or ``aggregate``): the operator's state after the run."""
     script = EventScript()
-    for t in range(0, 100, 2):
+    for t in times:
         script.insert("a", point(t, {"k": t % 4, "v": t}))
     stream = Stream.create(
         "a",
@@ -252,7 +287,7 @@ def _state_after(app, name: str, windowed) -> dict:
     query = (
         windowed(stream)
         .group_by("k")
-        .aggregate(n=F.count("*"))
+        .aggregate(n=aggregate if aggregate is not None else F.count("*"))
         .to_query(app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT)
     )
     query.run(epochs=5)
@@ -272,11 +307,41 @@ def test_a_count_window_holds_the_last_n_minus_1_start_times_per_group(app):
 
 def test_a_session_window_holds_only_its_open_sessions(app):
     # timeout 3: points 4 apart in a group (k = 0: 0, 4, 8, ...; k = 2: 2, 6, ...) each make a
-    # session [t, t + 4). At the last CTI 98 the open ones are k = 2's [98, 102) only (k = 0's
-    # [96, 100) is open too: 100 > 98): 2 events held. Output CTI min(98, 96) = 96.
+    # session [t, t + 4). At the last CTI 98 the open ones are k = 2's [98, 102) and k = 0's
+    # [96, 100) (100 > 98). k = 0's point 96 starts before the CTI: its session is kept as one
+    # row of partial aggregates (the count merges); k = 2's point 98 does not: kept as an
+    # event. 2 rows. Output CTI min(98, 96) = 96.
     state = _state_after(app, "session-state", lambda s: s.session_window(TICK * 3))
     assert state["state_rows"] == 2
     assert state["cti_ticks"] == 96
+
+
+@pytest.mark.parametrize(
+    ("aggregate", "rows"),
+    [
+        # The count merges: of each k's open session, the points that start before the last
+        # CTI 99 (0 .. 98) are one row of partial aggregates (4 rows, one per k); the point 99
+        # (k = 3) starts at the CTI and stays an event: 5 rows.
+        (lambda: F.count("*"), 5),
+        # collect_list does not merge: all 100 events of the 4 open sessions are held.
+        (lambda: F.collect_list("v"), 100),
+    ],
+    ids=["merges", "does-not-merge"],
+)
+def test_a_long_open_session_is_held_as_one_row_of_partial_aggregates(app, aggregate, rows):
+    # Points 0 .. 99, k = t % 4, a CTI at each start (the last one 99). Each k has a point every
+    # 4 ticks; with timeout 5 each point reaches 5 past its start, so each k's points form one
+    # session that is still open at 99 (k = 0's reaches 96 + 5 = 101 > 99). Run in 5 epochs,
+    # without the flush.
+    state = _state_after(
+        app,
+        f"long-session-{rows}",
+        lambda s: s.session_window(TICK * 5),
+        aggregate(),
+        range(100),
+    )
+    assert state["cti_ticks"] == 0  # min(99, start of the earliest open session: k = 0's 0)
+    assert state["state_rows"] == rows
 
 
 # -- build-time errors and explain ------------------------------------------------------------
