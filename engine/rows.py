@@ -174,6 +174,14 @@ class Flow:
     #: called, else None
     diagnostics: Callable[[], DataFrame] | None = None
 
+    def last_cti(self) -> int:
+        """The largest of :attr:`ctis` (``MIN_TIME``: the epoch has no CTI): :attr:`latest`
+        where the driver knows it, else one small Spark job."""
+        if self.latest is not None:
+            return self.latest
+        found = self.ctis.agg(F.max(CTI)).first()[0]
+        return MIN_TIME if found is None else found
+
     def merged(self) -> Flow:
         """The same stream with its substreams merged: its CTIs only."""
         return Flow(

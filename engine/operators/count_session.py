@@ -126,8 +126,7 @@ def count_aggregate(
     call: str = "count_window()",
 ) -> tuple[Flow, CountState]:
     events, payload = _events(flow, state.held, cache)
-    c_last = flow.ctis.agg(F.max(CTI)).first()[0]
-    c_last = MIN_TIME if c_last is None else c_last
+    c_last = flow.last_cti()
 
     # Distinct start times per group, numbered; window j ends at d_j and starts at d_(j-n+1).
     # The held starts below the last CTI are the last n - 1 ones, so every window found here
@@ -223,8 +222,7 @@ def session_aggregate(
     call: str = "session_window()",
 ) -> tuple[Flow, SessionState]:
     events, payload = _events(flow, state.held, cache)
-    c_last = flow.ctis.agg(F.max(CTI)).first()[0]
-    c_last = MIN_TIME if c_last is None else c_last
+    c_last = flow.last_cti()
     exact = exact_aggregates(aggregates, events, call)
     found = merges_of(aggregates, exact)
     merges = found[0] if found is not None and not sums_decimals(events, found[1]) else None

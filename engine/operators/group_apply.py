@@ -32,9 +32,9 @@ over all groups as if it were one. Why the output and the CTIs are those of the 
 Every CTI rule of these but the snapshot's is monotone in its input CTIs and the same function
 for every group, so the minimum over groups commutes with it; the snapshot takes the minimum
 over its groups itself: the rewritten plan's CTI is the literal rule's. Not taken (a build
-error with the fix): a window whose input may hold events that end at +inf (at the CTI +inf
-such an event counts up to the latest finite moment of its own group, which one window over
-all groups does not track).
+error with the fix): a tumbling or hopping window whose input may hold events that end at +inf
+(at the CTI +inf such an event counts up to the latest finite moment of its own group, which
+one window over all groups does not track).
 
 The runtime runs :class:`~engine.plan.GroupNode` as :func:`group_input` (the input's events
 and CTIs; keyed CTIs of substreams are merged there) and :class:`~engine.plan.GroupApplyNode`
@@ -174,15 +174,17 @@ def _grouped(r: _Rewrite, node: Any) -> Node:
 
 def _window(r: _Rewrite, node: WindowNode | CountWindowNode | SessionWindowNode) -> Node:
     """A window of any kind (tumbling, hopping, count, session; windowed top-k and apply) per
-    group: grouped by the keys too, unless its input may hold events that end at +inf."""
+    group: grouped by the keys too. A tumbling or hopping one only if its input holds no events
+    that may end at +inf; a count window reads only starts, and a session's end depends only
+    on its own group's events."""
     if isinstance(node, WindowRowsNode) and node.size == 0:  # over snapshots
         return _snapshot(r, node)
-    if _may_end_at_inf(node.child):
+    if isinstance(node, WindowNode | WindowRowsNode) and _may_end_at_inf(node.child):
         raise r.error(
             node,
             "reads events that may end at +inf (edges, intervals or snapshots), which "
-            "group_apply does not window yet: at the CTI +inf such an event counts up to the "
-            "latest moment of its own group",
+            "group_apply does not give to a tumbling or hopping window yet: at the CTI +inf "
+            "such an event counts up to the latest moment of its own group",
             "give the events a finite lifetime first (alter_event_duration or to_point), or "
             "window after group_apply, grouped by the keys",
         )

@@ -90,9 +90,8 @@ def snapshot_aggregate(
         .agg(F.max(_DONE).alias("__d"))
         .select(*parts, "__p", F.max("__d").over(group).alias(_DONE))
     )
-    c_last = flow.ctis.agg(F.max(CTI)).first()[0]
-    fresh = c_last is not None  # without a CTI in this epoch nothing becomes final
-    c_last = c_last if fresh else MIN_TIME
+    c_last = flow.last_cti()
+    fresh = c_last != MIN_TIME  # without a CTI in this epoch nothing becomes final
 
     # Final snapshots: consecutive endpoints (p, q) of a group, p >= its done, q below the
     # epoch's last CTI.

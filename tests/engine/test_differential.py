@@ -1189,8 +1189,9 @@ def group_fns(draw, names: tuple[str, ...], budget: int):
     windows of every kind (grouped by ``k``, the group key, or not: the key is in every result),
     unions of the group's own streams, joins, anti-joins, left outer joins and clips on ``k``
     with the group's stream on the left and, on the right, the group's stream or another
-    composition. A window other than a snapshot reads its events with a duration of 4
-    (group_apply windows no events that may end at +inf); a snapshot reads them as they are."""
+    composition. A tumbling or hopping window reads its events with a duration of 4
+    (group_apply gives them no events that may end at +inf); a snapshot reads them as they are,
+    a count or session window either way."""
     if budget == 0 or draw(st.integers(0, 3)) == 0:
         return (lambda g: g), (lambda s, g: g), 0
     binary = ["union", "join", "anti_join", "left_outer_join", "clip"]
@@ -1271,20 +1272,25 @@ def group_fns(draw, names: tuple[str, ...], budget: int):
 
 
 def _group_window(draw, op: str, cf, cb, keys: tuple[str, ...]) -> tuple:
-    """``(reference fn, Spark fn)``: a count or session window, or a windowed top-k or apply
-    (tumbling, hopping or snapshot), over ``cf``/``cb`` given a duration of 4 (a snapshot: as
-    they are), grouped by ``keys``; the payload stays ``(k, v)``."""
+    """``(reference fn, Spark fn)``: a count or session window over ``cf``/``cb`` as they are
+    or given a duration of 4, or a windowed top-k or apply (tumbling, hopping or snapshot) over
+    them given a duration of 4 (a snapshot: as they are), grouped by ``keys``; the payload
+    stays ``(k, v)``."""
     if op in ("count", "session"):
         node, call = COUNT_SESSION[
             draw(st.sampled_from(sorted(w for w in COUNT_SESSION if w.startswith(op))))
         ]
+        as_they_are = draw(st.booleans())  # edges and intervals may end at +inf
+
+        def ref_events(g):
+            return cf(g) if as_they_are else AlterEventDuration(cf(g), 4)
+
+        def events(s, g):
+            return cb(s, g) if as_they_are else cb(s, g).alter_event_duration(TICK * 4)
+
         return (
-            (lambda g: node(AlterEventDuration(cf(g), 4), ("k",), (("v", len),))),
-            (
-                lambda s, g: _by(call(cb(s, g).alter_event_duration(TICK * 4)), keys).aggregate(
-                    v=F.count("*")
-                )
-            ),
+            (lambda g: node(ref_events(g), ("k",), (("v", len),))),
+            (lambda s, g: _by(call(events(s, g)), keys).aggregate(v=F.count("*"))),
         )
     size, hop = draw(st.sampled_from(ROW_WINDOWS))
 

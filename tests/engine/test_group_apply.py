@@ -27,6 +27,8 @@ from ctistream.engine import (
     AdvanceTimeSettings,
     EventShape,
     cti,
+    edge_end,
+    edge_start,
     interval,
     point,
 )
@@ -151,6 +153,50 @@ def test_sessions_inside_group_apply_are_each_groups_own_and_the_cti_waits_for_t
         )
 
     inputs = {"a": In(EventShape.POINT, EVERY, schema="k string, v bigint")}
+    out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, epochs)
+    assert out == hand_worked
+
+
+@pytest.mark.parametrize("epochs", [1, [4, 7]])  # [4, 7]: an epoch after each CTI
+def test_sessions_inside_group_apply_take_an_open_edge_that_holds_its_groups_session(app, epochs):
+    # Edges; CTIs only where the script says, and +inf at the stop. fn: session_window(3).
+    #   x: an open START edge at 1 reaches +inf until its END edge at 12: reach 15, [1, 15).
+    #   y: [2, 3) reaches 6; [6, 7) starts at 6 >= 6: a new session, [2, 6) and [6, 10).
+    # CTI per group min(c, start of its earliest open session), the output CTI their minimum:
+    #   c=5: x open from 1, y from 2 -> 1.
+    #   c=10: y's [2, 6) and [6, 10) closed and released; x still open from 1 -> 1 (not
+    #   emitted).  c=20: x's [1, 15) closed and released -> 20.  Then +inf.
+    # The open edge holds only its own group's session: y's sessions end at 6 and 10. The
+    # three results lie between the CTIs 1 and 20, in the output's order there (by start).
+    script = EventScript()
+    script.insert("a", edge_start(1, {"k": "x", "v": 1}))
+    script.insert("a", edge_start(2, {"k": "y", "v": 2}))
+    script.insert("a", edge_end(2, 3, {"k": "y", "v": 2}))
+    script.cti("a", 5)
+    script.insert("a", edge_start(6, {"k": "y", "v": 6}))
+    script.insert("a", edge_end(6, 7, {"k": "y", "v": 6}))
+    script.cti("a", 10)
+    script.insert("a", edge_end(1, 12, {"k": "x", "v": 1}))
+    script.cti("a", 20)
+    hand_worked = [
+        cti(1),
+        interval(1, 15, {"k": "x", "n": 1}),
+        interval(2, 6, {"k": "y", "n": 1}),
+        interval(6, 10, {"k": "y", "n": 1}),
+        cti(20),
+        cti(MAX_TIME),
+    ]
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, TICK * 0, True))
+    plan = GroupApply(Input("a"), ("k",), lambda g: SessionWindow(g, 3, None, (), (("n", len),)))
+    binding = [Binding("a", explicit, ("k", "v"))]
+    assert run_reference(script, binding, plan, EventShape.INTERVAL).output == hand_worked
+
+    def build(s):
+        return s["a"].group_apply(
+            "k", lambda g: g.session_window(TICK * 3).aggregate(n=F.count("*"))
+        )
+
+    inputs = {"a": In(EventShape.EDGE, explicit, schema="k string, v bigint")}
     out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, epochs)
     assert out == hand_worked
 
@@ -494,8 +540,9 @@ def test_a_window_over_events_that_may_end_at_infinity_is_refused_with_the_fix()
         edges.group_apply("k", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*")))
     assert str(error.value) == (
         f"{CALL}: tumbling_window('10 microseconds').aggregate(n) inside fn reads events that "
-        "may end at +inf (edges, intervals or snapshots), which group_apply does not window yet: "
-        "at the CTI +inf such an event counts up to the latest moment of its own group (group "
+        "may end at +inf (edges, intervals or snapshots), which group_apply does not give to a "
+        "tumbling or hopping window yet: at the CTI +inf such an event counts up to the latest "
+        "moment of its own group (group "
         "keys 'k'). Fix: give the events a finite lifetime first (alter_event_duration or "
         "to_point), or window after group_apply, grouped by the keys"
     )
