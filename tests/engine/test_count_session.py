@@ -263,7 +263,7 @@ def test_a_session_kept_as_partial_aggregates_grows_past_an_open_edge(app):
         lambda s: s.session_window(TICK * 2).aggregate(n=F.count("*")),
         SessionWindow(Input("a"), 2, None, (), (("n", _count),)),
         in_shape=EventShape.EDGE,
-        cuts=[1, [5, 7, 10, 12]],
+        cuts=[[5, 7, 10, 12]],
     )
     assert out == [cti(1), interval(1, 12, {"n": 4}), cti(20), INF]
 
