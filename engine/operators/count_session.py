@@ -226,7 +226,11 @@ def session_aggregate(
     exact = exact_aggregates(aggregates, events, call)
     found = merges_of(aggregates, exact)
     merges = found[0] if found is not None and not sums_decimals(events, found[1]) else None
-    summaries = state.partials if merges is not None else None
+    # whether the aggregates merge depends on the query alone, so summaries are never dropped
+    assert merges is not None or state.partials is None, (
+        "partials held for aggregates that do not merge"
+    )
+    summaries = state.partials
     names = [*keys, *(name for name, _ in aggregates)]
     quoted = sql_names(keys)
 
