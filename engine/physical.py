@@ -349,7 +349,9 @@ _STEPS: dict[type[Node], type[Step]] = {
 
 
 def _window_spec(node: WindowNode) -> WindowSpec:
-    return WindowSpec(node.size, node.hop, node.keys, node.aggregates, node.point_at_end)
+    return WindowSpec(
+        node.size, node.hop, node.keys, node.aggregates, node.point_at_end, None, node.latest_by
+    )
 
 
 def _pushed_window(
@@ -432,9 +434,12 @@ def _window_over_join(node: Node, readers: dict[int, list[Node]]) -> WindowSpec 
     pushed window, and the window merges them with its open partials
     (docs/decisions.md, "Operators": a join pushing pairs to its window). The join checks, on
     its output's types, that :func:`engine.operators.window.push_window` takes the aggregates,
-    and that its output has no substreams."""
+    and that its output has no substreams. Not for a window that tracks each group's latest
+    time (``latest_by``): the join's partial aggregates carry the latest time of all groups."""
     by = readers.get(id(node), [])
     if not isinstance(node, JoinNode) or len(by) != 1 or not isinstance(by[0], WindowNode):
+        return None
+    if by[0].latest_by:
         return None
     return _window_spec(by[0])
 

@@ -230,6 +230,9 @@ class WindowNode(Node):
     keys: tuple[str, ...]
     aggregates: tuple[tuple[str, Column], ...]
     point_at_end: bool = False
+    #: the leading ``keys`` whose groups each count an event that ends at +inf up to their own
+    #: latest finite moment (§5's bounded work per group: ``group_apply``'s keys), or ()
+    latest_by: tuple[str, ...] = ()
 
     @property
     def cti_rule(self) -> str:  # type: ignore[override]
@@ -399,6 +402,8 @@ class WindowRowsNode(Node):
     op: Any
     point_at_end: bool = False
     cut_by: tuple[str, ...] = ()
+    #: as :attr:`WindowNode.latest_by`
+    latest_by: tuple[str, ...] = ()
 
     @property
     def cti_rule(self) -> str:  # type: ignore[override]

@@ -54,7 +54,9 @@ __all__ = [
     "payload_columns",
     "pos_literal",
     "release",
+    "same_group",
     "saturating_sub",
+    "sql_names",
     "state_rows",
     "with_rows",
 ]
@@ -437,6 +439,15 @@ def frames(value: Any) -> Iterator[DataFrame]:
 
 def payload_columns(df: DataFrame) -> list[str]:
     return [c for c in df.columns if not c.startswith("__")]
+
+
+def same_group(keys: Iterable[str], left: str, right: str) -> Column:
+    """A join condition: equal group ``keys`` of the aliases ``left`` and ``right`` (null is a
+    group of its own, as in ``groupBy``)."""
+    same = F.lit(True)
+    for k in sql_names(keys):
+        same = same & F.col(f"{left}.{k}").eqNullSafe(F.col(f"{right}.{k}"))
+    return same
 
 
 def sql_names(names: Iterable[str]) -> list[str]:

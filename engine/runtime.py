@@ -855,7 +855,9 @@ def _run_window_rows(step: WindowRowsStep, inputs: list[Flow], st: Any, cache: E
     if node.size == 0:
         state = st or SnapshotState()
         return snapshot_aggregate(inputs[0], node.keys, (), state, cache, node.op, node.cut_by)
-    spec = WindowSpec(node.size, node.hop, node.keys, (), node.point_at_end, node.op)
+    spec = WindowSpec(
+        node.size, node.hop, node.keys, (), node.point_at_end, node.op, node.latest_by
+    )
     return window_aggregate(inputs[0], spec, st or WindowState(), cache)
 
 

@@ -89,12 +89,15 @@ def cases(
     doubles: bool = False,
     forever: bool = False,
     extremes: bool = False,
+    flushed: bool = False,
 ) -> Case:
     """Scripts of 1 .. ``max_inputs`` inputs; payloads ``k`` (0 .. 2) and ``v`` (0 .. 3, or with
     ``doubles`` a double from :data:`double_values`); with ``forever``, an INTERVAL input's
     intervals sometimes end at +inf (semantics §5's bounded work: windows count them up to the
     latest finite moment seen); with ``extremes``, every time of a case is sometimes moved to
-    just above -inf or just below +inf (§1: legal input; windows and shifts there, §5)."""
+    just above -inf or just below +inf (§1: legal input; windows and shifts there, §5); with
+    ``flushed``, each partition of an input that did not end gets an explicit CTI at +inf last
+    (whatever its settings: the +inf at which open events count up to the latest moment)."""
     base = draw(st.sampled_from(EXTREMES)) if extremes else 0
     n_inputs = draw(st.integers(min_inputs, max_inputs))
     names = NAMES[:n_inputs]
@@ -146,6 +149,10 @@ def cases(
             script.insert(name, edge_start(t, payload), partition=part)
             opened.append((t, payload))
         length += 1
+    for name in names if flushed else ():
+        for part in parts[name] if name not in ended else ():
+            script.cti(name, MAX_TIME, partition=part)
+            length += 1
     return Case(script, shapes, settings, length, DOUBLES_SCHEMA if doubles else SCHEMA)
 
 

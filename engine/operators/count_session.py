@@ -30,7 +30,6 @@ Both use global CTIs only: keyed CTIs are merged (dropped) as for snapshot windo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import reduce
 
 import pandas as pd
 from ctistream.engine.ctis import rising_rows
@@ -53,6 +52,7 @@ from ctistream.engine.rows import (
     EpochCache,
     Flow,
     hold,
+    same_group,
     sql_names,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
@@ -107,15 +107,6 @@ def _events(flow: Flow, held: DataFrame | None, cache: EpochCache) -> tuple[Data
     return cache.keep(events.filter(F.col(END) > F.col(START))), payload
 
 
-def _same_group(keys: tuple[str, ...], left: str, right: str) -> Column:
-    """Equal group keys (null is a group of its own, as in ``groupBy``)."""
-    return reduce(
-        lambda a, b: a & b,
-        (F.col(f"{left}.{k}").eqNullSafe(F.col(f"{right}.{k}")) for k in keys),
-        F.lit(True),
-    )
-
-
 def count_aggregate(
     flow: Flow,
     n: int,
@@ -140,7 +131,7 @@ def count_aggregate(
     )
     inside = events.alias("e").join(
         F.broadcast(windows.alias("w")),
-        _same_group(keys, "e", "w")
+        same_group(keys, "e", "w")
         & (F.col(f"e.{START}") >= F.col("w.__first"))
         & (F.col(f"e.{START}") <= F.col("w.__d")),
     )
@@ -169,7 +160,7 @@ def count_aggregate(
         )
         recent = events.alias("e").join(
             kept.alias("k"),
-            _same_group(keys, "e", "k") & (F.col(f"e.{START}") == F.col(f"k.{START}")),
+            same_group(keys, "e", "k") & (F.col(f"e.{START}") == F.col(f"k.{START}")),
             "left_semi",
         )
         held = hold(recent.unionByName(events.filter(F.col(START) >= F.lit(c_last))))
@@ -264,7 +255,7 @@ def session_aggregate(
     sessions = cache.keep(rows.groupBy(*keys).applyInPandas(sessionize, schema))
     inside = events.alias("e").join(
         F.broadcast(sessions.alias("s")),
-        _same_group(keys, "e", "s")
+        same_group(keys, "e", "s")
         & (F.col(f"e.{START}") >= F.col(f"s.{_SF}"))
         & (F.col(f"e.{START}") < F.col(f"s.{_SN}")),
     )
@@ -297,7 +288,7 @@ def session_aggregate(
         if summaries is not None:
             carried = summaries.alias("p").join(
                 sessions.alias("s"),
-                _same_group(keys, "p", "s") & (F.col(f"p.{_SF}") == F.col(f"s.{_SF}")),
+                same_group(keys, "p", "s") & (F.col(f"p.{_SF}") == F.col(f"s.{_SF}")),
             )
             carried = carried.select(
                 *(F.col(f"s.{k}").alias(k) for k in keys),

@@ -18,7 +18,10 @@ over all groups as if it were one. Why the output and the CTIs are those of the 
   The same for a windowed top-k or apply (their windows' rule), a count window (the last ``n``
   start times of each group: the input's CTI, unchanged) and a session window (each group's
   sessions; CTI: the older of the input's and the start of the earliest open session, and the
-  minimum over groups of the earliest open session of each is the earliest of all).
+  minimum over groups of the earliest open session of each is the earliest of all). At the CTI
+  +inf, a tumbling or hopping window counts an event that ends at +inf up to the latest finite
+  moment of the event's own group (§5's bounded work, per group): over events that may end at
+  +inf it tracks that moment per group (``latest_by``, the keys).
 * a join, anti-join, left outer join or clip of two streams of the group, also on the keys:
   pairs (or cuts) within a group only; against another stream (on its own ``on``; the group's
   stream on the left, which carries the keys): each group's events meet all of the other
@@ -31,10 +34,7 @@ over all groups as if it were one. Why the output and the CTIs are those of the 
 
 Every CTI rule of these but the snapshot's is monotone in its input CTIs and the same function
 for every group, so the minimum over groups commutes with it; the snapshot takes the minimum
-over its groups itself: the rewritten plan's CTI is the literal rule's. Not taken (a build
-error with the fix): a tumbling or hopping window whose input may hold events that end at +inf
-(at the CTI +inf such an event counts up to the latest finite moment of its own group, which
-one window over all groups does not track).
+over its groups itself: the rewritten plan's CTI is the literal rule's.
 
 The runtime runs :class:`~engine.plan.GroupNode` as :func:`group_input` (the input's events
 and CTIs; keyed CTIs of substreams are merged there) and :class:`~engine.plan.GroupApplyNode`
@@ -174,21 +174,17 @@ def _grouped(r: _Rewrite, node: Any) -> Node:
 
 def _window(r: _Rewrite, node: WindowNode | CountWindowNode | SessionWindowNode) -> Node:
     """A window of any kind (tumbling, hopping, count, session; windowed top-k and apply) per
-    group: grouped by the keys too. A tumbling or hopping one only if its input holds no events
-    that may end at +inf; a count window reads only starts, and a session's end depends only
-    on its own group's events."""
+    group: grouped by the keys too. A tumbling or hopping one whose input may hold events that
+    end at +inf also counts them, at the CTI +inf, up to each group's own latest finite moment
+    (``latest_by``); a count window reads only starts, and a session's end depends only on its
+    own group's events."""
     if isinstance(node, WindowRowsNode) and node.size == 0:  # over snapshots
         return _snapshot(r, node)
+    grouped = _grouped(r, node)
     if isinstance(node, WindowNode | WindowRowsNode) and _may_end_at_inf(node.child):
-        raise r.error(
-            node,
-            "reads events that may end at +inf (edges, intervals or snapshots), which "
-            "group_apply does not give to a tumbling or hopping window yet: at the CTI +inf "
-            "such an event counts up to the latest moment of its own group",
-            "give the events a finite lifetime first (alter_event_duration or to_point), or "
-            "window after group_apply, grouped by the keys",
-        )
-    return _grouped(r, node)
+        latest_by = tuple(k for k in r.keys if k not in node.latest_by) + node.latest_by
+        return replace(grouped, latest_by=latest_by)
+    return grouped
 
 
 def _join(r: _Rewrite, node: JoinNode | AntiJoinNode | LeftOuterJoinNode | ClipNode) -> Node:

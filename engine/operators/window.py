@@ -73,6 +73,7 @@ from ctistream.engine.rows import (
     checkpoint,
     counted_checkpoint,
     hold,
+    same_group,
     sql_names,
     with_rows,
 )
@@ -119,8 +120,11 @@ class WindowOutput(Choice):
 
 
 _OPEN, _WS = "__open", "__ws"
-#: with a join's pushed partial aggregates: the latest time of the events counted in each row
+#: with a join's pushed partial aggregates: the latest time of the events counted in each row;
+#: per group, its latest time (WindowState.group_latest)
 _LATEST = "__latest"
+#: an event's end where it is finite, else null: with its start, the latest time it shows (§5)
+_FINITE_END = f"CASE WHEN {END} < {MAX_TIME} THEN {END} END"
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,9 @@ class WindowSpec:
     #: rows per complete window instead of aggregates (windowed ``top_k`` and ``apply``:
     #: :class:`engine.operators.window_rows.PerWindow`), or None
     per_window: Any = None
+    #: the leading keys whose groups each have their own latest finite moment
+    #: (:attr:`engine.plan.WindowNode.latest_by`), or ()
+    latest_by: tuple[str, ...] = ()
 
     @property
     def first_ws(self) -> int:
@@ -223,6 +230,8 @@ class WindowState:
     key_last: DataFrame | None = None
     #: the aggregates computed exactly (:func:`exact_aggregates`; decided at the first epoch)
     exact: list[int] | None = None
+    #: with :attr:`WindowSpec.latest_by`: per group (those keys) its latest time (``__latest``)
+    group_latest: DataFrame | None = None
 
 
 def close_edges(events: DataFrame, ends: DataFrame, payload: list[str]) -> DataFrame:
@@ -302,6 +311,10 @@ def window_aggregate(
         stats = _stats(flow, events if events_too else None, pushed if flow.unbounded else None)
     latest = max(state.latest, stats["m"] if stats["m"] is not None else MIN_TIME)
     c_last = stats["c"] if stats["c"] is not None else state.last
+    group_latest = None
+    if spec.latest_by:  # per group: its own latest time (the join pushes none per group)
+        assert events_too, "window: a join pushed partial aggregates to a window per group"
+        group_latest = _group_latest(events, spec.latest_by, state.group_latest)
 
     # Windows completing now, per event: ws + size > lo (completed before), and ws + size <= hi
     # or, once the CTI is +inf, ws <= L, the latest finite moment seen (its events' starts and
@@ -319,6 +332,9 @@ def window_aggregate(
     if c_last == MAX_TIME:
         finite_c = stats["f"] if stats["f"] is not None else state.last
         bound = str(min(max(latest, finite_c), spec.last_ws))
+        if group_latest is not None:  # each event's group's own latest time
+            events = _with_group_latest(events, group_latest, spec.latest_by)
+            bound = f"least(greatest({_LATEST}, {finite_c}), {spec.last_ws})"
         completes = f"{hi} > {lo}"
     else:  # windows end at or before hi: none while hi < first_ws + size
         enough = f"{hi} >= {spec.first_ws + size}"
@@ -375,7 +391,15 @@ def window_aggregate(
         keep = opened if merging else f"{END} > {open_start}" if open_start is not None else "false"
         held = hold(events.filter(keep).selectExpr(START, END, POS, _OPEN, *cols))
     new_state = WindowState(
-        held, partials, merging, c_last, latest, max(state.emitted, pulled), key_last, exact
+        held,
+        partials,
+        merging,
+        c_last,
+        latest,
+        max(state.emitted, pulled),
+        key_last,
+        exact,
+        group_latest,
     )
     rose = risen(pulled, state.emitted)
     out = Flow(results, out_ctis, False, latest=rose, unbounded=False)
@@ -394,6 +418,28 @@ def _counted(pushed: DataFrame) -> DataFrame:
     """Pushed partial aggregates without a join's latest times (a row whose pairs fall in no
     window carries only its latest time: no window start)."""
     return pushed.filter(f"{_WS} IS NOT NULL").drop(_LATEST)
+
+
+def _group_latest(events: DataFrame, keys: tuple[str, ...], before: DataFrame | None) -> DataFrame:
+    """Per group of ``keys``, the latest time of its events so far (``__latest``: the largest
+    start or finite end; :func:`_stats`' ``m`` per group), with the groups seen ``before``: one
+    row per group, kept as state."""
+    names = sql_names(keys)
+    now = events.selectExpr(*names, f"greatest({START}, {_FINITE_END}) AS {_LATEST}")
+    if before is not None:
+        now = before.unionByName(now)
+    return checkpoint(now.groupBy(*names).agg(F.max(_LATEST).alias(_LATEST)))
+
+
+def _with_group_latest(
+    events: DataFrame, group_latest: DataFrame, keys: tuple[str, ...]
+) -> DataFrame:
+    """``events`` with their group's latest time (``__latest``)."""
+    return (
+        events.alias("e")
+        .join(group_latest.alias("g"), same_group(keys, "e", "g"), "left")
+        .select("e.*", f"g.{_LATEST}")
+    )
 
 
 def _known_stats(flow: Flow, merging: bool) -> dict[str, int | None] | None:
@@ -427,7 +473,7 @@ def _stats(
             events.selectExpr(
                 none + " AS c",
                 none + " AS f",
-                f"max(greatest({START}, CASE WHEN {END} < {MAX_TIME} THEN {END} END)) AS m",
+                f"max(greatest({START}, {_FINITE_END})) AS m",
             )
         )
     if pushed is not None:

@@ -1189,9 +1189,8 @@ def group_fns(draw, names: tuple[str, ...], budget: int):
     windows of every kind (grouped by ``k``, the group key, or not: the key is in every result),
     unions of the group's own streams, joins, anti-joins, left outer joins and clips on ``k``
     with the group's stream on the left and, on the right, the group's stream or another
-    composition. A tumbling or hopping window reads its events with a duration of 4
-    (group_apply gives them no events that may end at +inf); a snapshot reads them as they are,
-    a count or session window either way."""
+    composition. A snapshot reads the events as they are; every other window as they are
+    (edges and intervals may end at +inf) or given a duration of 4."""
     if budget == 0 or draw(st.integers(0, 3)) == 0:
         return (lambda g: g), (lambda s, g: g), 0
     binary = ["union", "join", "anti_join", "left_outer_join", "clip"]
@@ -1260,46 +1259,47 @@ def group_fns(draw, names: tuple[str, ...], budget: int):
     if op != "window":
         return (*_group_window(draw, op, cf, cb, keys), cn + 1)
     size, hop = draw(st.sampled_from([(10, 5), (8, 8)]))
+    ref_events, events = _as_they_are_or_of_4(draw, cf, cb)
 
     def ref_window(g):
-        return Window(AlterEventDuration(cf(g), 4), size, hop, ("k",), (("v", len),))
+        return Window(ref_events(g), size, hop, ("k",), (("v", len),))
 
     def spark_window(s, g):
-        windowed = cb(s, g).alter_event_duration(TICK * 4).hopping_window(TICK * size, TICK * hop)
+        windowed = events(s, g).hopping_window(TICK * size, TICK * hop)
         return (windowed.group_by(*keys) if keys else windowed).aggregate(v=F.count("*"))
 
     return ref_window, spark_window, cn + 1
 
 
+def _as_they_are_or_of_4(draw, cf, cb) -> tuple:
+    """``cf``/``cb``'s events as they are (edges and intervals may end at +inf) or given a
+    duration of 4, drawn."""
+    if draw(st.booleans()):
+        return cf, cb
+    return (lambda g: AlterEventDuration(cf(g), 4)), (
+        lambda s, g: cb(s, g).alter_event_duration(TICK * 4)
+    )
+
+
 def _group_window(draw, op: str, cf, cb, keys: tuple[str, ...]) -> tuple:
-    """``(reference fn, Spark fn)``: a count or session window over ``cf``/``cb`` as they are
-    or given a duration of 4, or a windowed top-k or apply (tumbling, hopping or snapshot) over
-    them given a duration of 4 (a snapshot: as they are), grouped by ``keys``; the payload
-    stays ``(k, v)``."""
+    """``(reference fn, Spark fn)``: a count or session window, or a windowed top-k or apply
+    (tumbling, hopping or snapshot), over ``cf``/``cb``'s events as they are or given a
+    duration of 4 (a snapshot: as they are), grouped by ``keys``; the payload stays
+    ``(k, v)``."""
     if op in ("count", "session"):
         node, call = COUNT_SESSION[
             draw(st.sampled_from(sorted(w for w in COUNT_SESSION if w.startswith(op))))
         ]
-        as_they_are = draw(st.booleans())  # edges and intervals may end at +inf
-
-        def ref_events(g):
-            return cf(g) if as_they_are else AlterEventDuration(cf(g), 4)
-
-        def events(s, g):
-            return cb(s, g) if as_they_are else cb(s, g).alter_event_duration(TICK * 4)
-
+        ref_events, events = _as_they_are_or_of_4(draw, cf, cb)
         return (
             (lambda g: node(ref_events(g), ("k",), (("v", len),))),
             (lambda s, g: _by(call(events(s, g)), keys).aggregate(v=F.count("*"))),
         )
     size, hop = draw(st.sampled_from(ROW_WINDOWS))
-
-    def ref_in(g):
-        return cf(g) if size == 0 else AlterEventDuration(cf(g), 4)
+    ref_in, events = (cf, cb) if size == 0 else _as_they_are_or_of_4(draw, cf, cb)
 
     def cut(s, g):
-        events = cb(s, g) if size == 0 else cb(s, g).alter_event_duration(TICK * 4)
-        return _by(windowed(events, size, hop), keys)
+        return _by(windowed(events(s, g), size, hop), keys)
 
     if op == "apply":
         return (
@@ -1341,6 +1341,43 @@ def test_group_apply_matches_the_reference(app, data, case, shape):
     def build(s):
         out = s[names[0]].group_apply("k", lambda g: spark_fn(s, g))
         return out.union(*(s[n] for n in rest)) if rest else out
+
+    _agree(app, case, plan, build, shape, cuts)
+
+
+@given(
+    data=st.data(),
+    case=cases(max_inputs=2, max_items=18, forever=True, flushed=True),
+    shape=SHAPES,
+    op=st.sampled_from(["aggregate", "apply"]),
+    grid=st.sampled_from([(10, 10), (10, 5)]),
+)
+def test_windows_per_group_count_events_to_inf_up_to_their_groups_latest_moment(
+    app, data, case, shape, op, grid
+):
+    """group_apply by ``k`` of a tumbling or hopping window (an aggregate or an apply) over the
+    inputs' events as they are: at the CTI +inf an event that ends at +inf counts up to the
+    latest finite moment of its own group (§5's bounded work, per group), not of all groups."""
+    cuts = data.draw(epoch_cuts(case.length))
+    names = tuple(case.shapes)
+    size, hop = grid
+    events = Union(tuple(Input(n) for n in names)) if len(names) > 1 else Input(names[0])
+    if op == "apply":
+        plan = GroupApply(
+            events, ("k",), lambda g: Apply(g, size, hop, ("k",), distinct_values, ("v",))
+        )
+    else:
+        plan = GroupApply(events, ("k",), lambda g: Window(g, size, hop, ("k",), (("v", len),)))
+
+    def fn(g):
+        windowed = g.hopping_window(TICK * size, TICK * hop)
+        if op == "apply":
+            return windowed.apply(distinct_values, "v bigint")
+        return windowed.aggregate(v=F.count("*"))
+
+    def build(s):
+        first, *rest = (s[n] for n in names)
+        return (first.union(*rest) if rest else first).group_apply("k", fn)
 
     _agree(app, case, plan, build, shape, cuts)
 

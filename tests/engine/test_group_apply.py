@@ -5,6 +5,7 @@ build errors with their fix, and ``explain()``."""
 from __future__ import annotations
 
 import itertools
+import json
 from datetime import timedelta
 
 import pytest
@@ -532,24 +533,125 @@ def test_a_group_apply_query_stopped_without_flush_resumes_delivering_nothing_tw
     assert out.read_text() == clean_out.read_text()
 
 
-def test_a_window_over_events_that_may_end_at_infinity_is_refused_with_the_fix():
-    edges = Stream.create(
-        "e", MemoryInputFactory(), MemoryInputConfig(script=EventScript()), EventShape.EDGE, EVERY
-    )
-    with pytest.raises(QueryBuildError) as error:
-        edges.group_apply("k", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*")))
-    assert str(error.value) == (
-        f"{CALL}: tumbling_window('10 microseconds').aggregate(n) inside fn reads events that "
-        "may end at +inf (edges, intervals or snapshots), which group_apply does not give to a "
-        "tumbling or hopping window yet: at the CTI +inf such an event counts up to the latest "
-        "moment of its own group (group "
-        "keys 'k'). Fix: give the events a finite lifetime first (alter_event_duration or "
-        "to_point), or window after group_apply, grouped by the keys"
-    )
-    # with a duration first, it is taken
-    edges.group_apply(
-        "k",
-        lambda g: (
-            g.alter_event_duration(TICK * 5).tumbling_window(TICK * 10).aggregate(n=F.count("*"))
-        ),
-    )
+@pytest.mark.parametrize("epochs", [1, [1, 3]])
+def test_a_window_counts_an_open_edge_up_to_its_own_groups_latest_moment(app, epochs):
+    # Edges, CTIs only where the script says, +inf at the stop. fn: tumbling_window(10) with n =
+    # count(*), no group_by: per group its own windows.
+    #   x: an open START edge at 2, never closed.  y: an open START edge at 5, never closed,
+    #   and [6, 37) (its END edge comes after the CTI 12).
+    # CTI 12 completes [0, 10): x 1 (its edge), y 2 (its edge and [6, 37)); output CTI 10.
+    # At +inf (§5's bounded work) an event that ends at +inf counts up to the window holding
+    # the latest finite moment its operator has seen: per group, the group's own events and
+    # the CTIs. x: max(2, CTI 12) = 12, so [10, 20) only. y: max(5, 6, 37, 12) = 37, so
+    # [10, 20), [20, 30), [30, 40), each with its edge and [6, 37). Over all groups at once
+    # (37 for both), x would count in [20, 30) and [30, 40) as well.
+    script = EventScript()
+    script.insert("a", edge_start(2, {"k": "x", "v": 2}))
+    script.insert("a", edge_start(5, {"k": "y", "v": 5}))
+    script.insert("a", edge_start(6, {"k": "y", "v": 6}))
+    script.cti("a", 12)
+    script.insert("a", edge_end(6, 37, {"k": "y", "v": 6}))
+    hand_worked = [
+        interval(0, 10, {"k": "x", "n": 1}),
+        interval(0, 10, {"k": "y", "n": 2}),
+        cti(10),
+        interval(10, 20, {"k": "x", "n": 1}),
+        interval(10, 20, {"k": "y", "n": 2}),
+        interval(20, 30, {"k": "y", "n": 2}),
+        interval(30, 40, {"k": "y", "n": 2}),
+        cti(MAX_TIME),
+    ]
+    explicit = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, TICK * 0, True))
+    plan = GroupApply(Input("a"), ("k",), lambda g: Window(g, 10, 10, (), (("n", len),)))
+    binding = [Binding("a", explicit, ("k", "v"))]
+    assert run_reference(script, binding, plan, EventShape.INTERVAL).output == hand_worked
+
+    def build(s):
+        return s["a"].group_apply(
+            "k", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*"))
+        )
+
+    inputs = {"a": In(EventShape.EDGE, explicit, schema="k string, v bigint")}
+    # cut after the CTI: y's [6, 37) ends, and the groups' latest moments travel, across epochs
+    out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, epochs)
+    assert out == hand_worked
+
+
+def _edge(n: int, side: str, start: float, end: float | None, id_: int) -> tuple:
+    value = {"ts": iso(start), "edge": side, "id": id_, "v": float(start)}
+    if end is not None:
+        value["te"] = iso(end)
+    return (0, value, kf.ARRIVAL_MS + n, None)
+
+
+def _windows(path) -> list[tuple]:
+    """The INSERT rows of a JSON-lines output: (start, end, id, n)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [(r["start"], r["end"], r["id"], r["n"]) for r in rows if r["kind"] == "INSERT"]
+
+
+def test_each_groups_latest_moment_comes_back_from_the_checkpoint(app, kafka_broker, tmp_path):
+    # group_apply("id", tumbling_window(10 s) n = count(*)) over Kafka edges, a CTI at each
+    # start, +inf at the stop. The query crashes after its first epoch and starts again on its
+    # checkpoint; its output equals the hand-worked list and a run that never stopped.
+    #   epoch 0: id 1: an open edge at 0 s, and [2 s, 45 s): CTIs 0, 2 (nothing complete).
+    #   epoch 1: id 2: an open edge at 5 s, and [6 s, 12 s): CTIs 5, 6. Then +inf.
+    # At +inf each group counts its open edge up to its own latest finite moment:
+    #   id 1: 45 s, the end of [2, 45) (seen in epoch 0 only, so it must come back from the
+    #   checkpoint): [0, 10) .. [40, 50), each with both events: n = 2.
+    #   id 2: max(6 s, 12 s, CTI 6 s) = 12 s: [0, 10) and [10, 20), n = 2.
+    # Lost at the restart, id 1 would stop at [0, 10) (its open edge at 0 and the CTI 6); one
+    # latest moment for all groups would give id 2 [20, 30) .. [40, 50) with n = 1.
+    b = kafka_broker.bootstrap
+    epochs = [
+        [_edge(0, "START", 0, None, 1), _edge(1, "START", 2, None, 1), _edge(2, "END", 2, 45, 1)],
+        [_edge(3, "START", 5, None, 2), _edge(4, "START", 6, None, 2), _edge(5, "END", 6, 12, 2)],
+    ]
+
+    def query(topic, out):
+        edges = Stream.create(
+            "live",
+            KafkaInputFactory(),
+            kf.input_config(
+                b,
+                topic,
+                time_field="ts",
+                end_field="te",
+                edge_field="edge",
+                advance_time=EVERY_EVENT,
+            ),
+            EventShape.EDGE,
+        )
+        windows = edges.group_apply(
+            "id", lambda g: g.tumbling_window(timedelta(seconds=10)).aggregate(n=F.count("*"))
+        )
+        return windows.to_query(
+            app,
+            f"group-latest-{next(_names)}",
+            FileOutputFactory(),
+            FileOutputConfig(path=str(out)),
+            EventShape.INTERVAL,
+        )
+
+    source = kafka_broker.create_topic()
+    kf.produce(b, source, epochs[0])
+    out, ckpt = tmp_path / "out.jsonl", tmp_path / "ckpt"
+    first = query(source, out)
+    first.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
+    first.step()  # epoch 0, its state written
+    # crash: dropped without stop(); the next start restores epoch 0's state
+    kf.produce(b, source, epochs[1])
+    again = query(source, out)
+    again.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
+    again.step()
+    again.stop()
+
+    clean_source, clean_out = kafka_broker.create_topic(), tmp_path / "clean.jsonl"
+    kf.produce(b, clean_source, epochs[0] + epochs[1])
+    clean = query(clean_source, clean_out)
+    clean.start(trigger=None, checkpoint=tmp_path / "clean-ckpt")
+    clean.step()
+    clean.stop()
+    windows = [(0, 1), (0, 2), (10, 1), (10, 2), (20, 1), (30, 1), (40, 1)]
+    assert _windows(out) == [(iso(ws), iso(ws + 10), i, 2) for ws, i in windows]
+    assert out.read_text() == clean_out.read_text()
