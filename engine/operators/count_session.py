@@ -30,8 +30,8 @@ Both use global CTIs only: keyed CTIs are merged (dropped) as for snapshot windo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-import pandas as pd
 from ctistream.engine.ctis import rising_rows
 from ctistream.engine.exact import compress_column
 from ctistream.engine.operators.window import (
@@ -58,6 +58,7 @@ from ctistream.engine.rows import (
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
 
 __all__ = [
     "CountState",
@@ -67,7 +68,9 @@ __all__ = [
 ]
 
 _OPEN = "__open"
-_SF, _SE, _SN, _CUT, _REACH = "__sf", "__se", "__sn", "__cut", "__reach"
+_SF, _SE, _CUT, _REACH = "__sf", "__se", "__cut", "__reach"
+#: a row of a session's summary, not an event (session_window)
+_SUM = "__summary"
 
 
 @dataclass
@@ -202,6 +205,41 @@ def sessions_of(
     return out
 
 
+def _sessionized(rows: DataFrame, keys: tuple[str, ...], max_duration: int | None) -> DataFrame:
+    """``rows`` (events and summaries: ``__start``, ``__reach``, ``__open``) with each one's
+    session (:func:`sessions_of`, per group of ``keys``, on the executors): its first start
+    ``__sf``, end ``__se`` and first open START edge ``__cut``. Arrow in and out: every other
+    column passes through as it is. A session's rows are consecutive in start order, and rows
+    of one start are in one session (a row reaches past its start), so the session of a row is
+    the last one that starts at or before it."""
+    schema = StructType(
+        [*rows.schema.fields, *(StructField(c, LongType()) for c in (_SF, _SE, _CUT))]
+    )
+
+    def sessionize(table: Any) -> Any:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = table.take(
+            pc.sort_indices(table, sort_keys=[(START, "ascending")])
+        )  # a stable sort
+        starts = table.column(START).to_numpy()
+        opened = pc.fill_null(table.column(_OPEN), False)
+        found = sessions_of(
+            starts.tolist(),
+            table.column(_REACH).to_pylist(),
+            opened.to_pylist(),
+            max_duration,
+        )
+        which = np.searchsorted(np.array([f for f, _, _ in found]), starts, "right") - 1
+        for n, c in enumerate((_SF, _SE, _CUT)):
+            table = table.append_column(c, pa.array(np.array([x[n] for x in found])[which]))
+        return table
+
+    return rows.groupBy(*sql_names(keys)).applyInArrow(sessionize, schema)
+
+
 def session_aggregate(
     flow: Flow,
     timeout: int,
@@ -229,43 +267,28 @@ def session_aggregate(
     # events: a session that ends at or before a CTI c of the epoch is made of events before c's
     # position (later ones start at or after c), so forming them over all of the epoch's events
     # gives each the same. A summary is a row at its first start that reaches as far as its
-    # events did.
+    # events did. Each row comes back with its session: first start, end, and first open START
+    # edge (:func:`_sessionized`).
     reach = f"least({END}, {MAX_TIME - timeout}) + {timeout}"  # end + timeout, +inf at most
-    rows = events.selectExpr(*quoted, START, f"{reach} AS {_REACH}", _OPEN)
+    rows = events.selectExpr("*", f"{reach} AS {_REACH}", f"false AS {_SUM}")
     if summaries is not None:
         rows = rows.unionByName(
-            summaries.selectExpr(*quoted, f"{_SF} AS {START}", _REACH, f"false AS {_OPEN}")
+            summaries.selectExpr(
+                "*", f"{_SF} AS {START}", f"false AS {_OPEN}", f"true AS {_SUM}"
+            ).drop(_SF),
+            allowMissingColumns=True,
         )
-    fields = {f.name: f for f in events.schema.fields}
-    key_ddl = ", ".join(f"`{k}` {fields[k].dataType.simpleString()}" for k in keys)
-    schema = f"{key_ddl + ', ' if keys else ''}{_SF} long, {_SE} long, {_SN} long, {_CUT} long"
-
-    def sessionize(pdf: pd.DataFrame) -> pd.DataFrame:
-        pdf = pdf.sort_values(START, kind="stable")
-        found = sessions_of(
-            pdf[START].tolist(), pdf[_REACH].tolist(), pdf[_OPEN].tolist(), max_duration
-        )
-        rows = {k: [pdf[k].iloc[0]] * len(found) for k in keys}
-        rows[_SF] = [f for f, _, _ in found]
-        rows[_SE] = [e for _, e, _ in found]
-        rows[_SN] = [f for f, _, _ in found[1:]] + [MAX_TIME]
-        rows[_CUT] = [c for _, _, c in found]
-        return pd.DataFrame(rows, columns=[*keys, _SF, _SE, _SN, _CUT])
-
-    sessions = cache.keep(rows.groupBy(*keys).applyInPandas(sessionize, schema))
-    inside = events.alias("e").join(
-        F.broadcast(sessions.alias("s")),
-        same_group(keys, "e", "s")
-        & (F.col(f"e.{START}") >= F.col(f"s.{_SF}"))
-        & (F.col(f"e.{START}") < F.col(f"s.{_SN}")),
-    )
-    inside = cache.keep(
-        inside.select(
-            *(F.col(f"s.{k}").alias(k) for k in keys),
-            *(F.col(f"s.{c}") for c in (_SF, _SE, _CUT)),
-            *(F.col(f"e.{c}") for c in (START, END, POS, _OPEN)),
-            *(F.col(f"e.{c}").alias(c) for c in payload if c not in keys),
-        )
+    assigned = cache.keep(_sessionized(rows, keys, max_duration))
+    inside = assigned.filter(f"NOT {_SUM}").select(
+        *quoted,
+        _SF,
+        _SE,
+        _CUT,
+        START,
+        END,
+        POS,
+        _OPEN,
+        *sql_names(c for c in payload if c not in keys),
     )
     # A session is closed once its end is at or before the last CTI. Of a session still open,
     # the events that start before that CTI and before the session's first open START edge are
@@ -285,16 +308,8 @@ def session_aggregate(
                 F.max(F.expr(reach)).alias(_REACH),
             )
         )
-        if summaries is not None:
-            carried = summaries.alias("p").join(
-                sessions.alias("s"),
-                same_group(keys, "p", "s") & (F.col(f"p.{_SF}") == F.col(f"s.{_SF}")),
-            )
-            carried = carried.select(
-                *(F.col(f"s.{k}").alias(k) for k in keys),
-                *(F.col(f"s.{c}") for c in (_SF, _SE)),
-                *(F.col(f"p.{c}") for c in (*partials, _REACH)),
-            )
+        if summaries is not None:  # each summary with its partials, in its session now
+            carried = assigned.filter(_SUM).select(*quoted, _SF, _SE, *partials, _REACH)
             again = [
                 F.expr(f"{sql} AS {name}")
                 for m in merges
@@ -321,9 +336,10 @@ def session_aggregate(
     results = place_results(grouped, _SE, _SF, _SE, names, ctis)
 
     # Output CTIs: min(c, start of the earliest session still open at c).
+    firsts = assigned.filter(f"{START} = {_SF}").select(_SF, _SE)  # a row or more a session
     open_at = (
         F.broadcast(ctis)
-        .join(sessions, (F.col(_SF) < F.col(CTI)) & (F.col(_SE) > F.col(CTI)), "left")
+        .join(firsts, (F.col(_SF) < F.col(CTI)) & (F.col(_SE) > F.col(CTI)), "left")
         .groupBy(POS, CTI)
         .agg(F.min(_SF).alias("__m"))
         .select(POS, F.least(F.col(CTI), F.coalesce("__m", F.col(CTI))).alias(CTI))
