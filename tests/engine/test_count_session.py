@@ -163,6 +163,47 @@ def test_sessions_close_at_their_reach_and_the_cti_waits_for_the_earliest_open_o
     ]
 
 
+def test_a_session_passes_every_payload_type_through_as_it_is(app):
+    # The session of each event is found by an Arrow function that hands the payload back as it
+    # came: a long with a null stays a long above 2**53 (pandas would make it a double), and a
+    # timestamp, a decimal and an array keep their values. k = a: points at 1 and 3, timeout 5:
+    # one session [1, 3 + 1 + 5) = [1, 9), released at the end (+inf).
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    big = 2**62 + 1
+    when = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    script = EventScript()
+    for t, b, d, arr in ((1, big, Decimal("12345678901234567.89"), [1, 2]), (3, None, None, [3])):
+        script.insert("a", point(t, {"k": "a", "big": b, "ts": when, "d": d, "arr": arr}))
+    schema = "k string, big bigint, ts timestamp, d decimal(20, 2), arr array<int>"
+    inputs = {"a": In(EventShape.POINT, EXPLICIT, schema)}
+
+    def build(s):
+        sessions = s["a"].session_window("5 microseconds").group_by("k")
+        return sessions.aggregate(
+            big=F.max("big"), ts=F.max("ts"), d=F.sum("d"), arr=F.max("arr"), n=F.count("*")
+        )
+
+    for cuts in CUTS:
+        out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, cuts)
+        assert out == [
+            interval(
+                1,
+                9,
+                {
+                    "k": "a",
+                    "big": big,
+                    "ts": when,
+                    "d": Decimal("12345678901234567.89"),
+                    "arr": [3],
+                    "n": 2,
+                },
+            ),
+            INF,
+        ]
+
+
 def test_a_session_reaches_from_the_largest_end_of_its_intervals(app):
     script = EventScript()
     script.insert("a", interval(0, 10, {"k": "x", "v": 1}))
