@@ -122,25 +122,34 @@ def count_aggregate(
     events, payload = _events(flow, state.held, cache)
     c_last = flow.last_cti()
 
-    # Distinct start times per group, numbered; window j ends at d_j and starts at d_(j-n+1).
+    # Distinct start times per group, numbered; window j ends at d_j and starts at d_(j-n+1),
+    # so the start d_i is in the windows ending at d_i .. d_(i+n-1) that exist (j >= n).
     # The held starts below the last CTI are the last n - 1 ones, so every window found here
-    # ends at or after that CTI: none was emitted before.
+    # ends at or after that CTI: none was emitted before. Each event meets its start's windows
+    # completing now by an equi-join on (group, start): no range join, no broadcast.
     by_group = Window.partitionBy(*keys).orderBy(START)
     starts = cache.keep(events.select(*keys, START).distinct())
-    windows = (
-        starts.withColumn("__first", F.lag(START, n - 1).over(by_group))
-        .filter(F.col("__first").isNotNull() & (F.col(START) < F.lit(c_last)))
-        .select(*keys, "__first", F.col(START).alias("__d"))
+    ends = (
+        starts.withColumn("__j", F.row_number().over(by_group))
+        .withColumn(
+            "__ends",
+            F.collect_list(F.struct(F.col(START).alias("d"), F.col("__j").alias("j"))).over(
+                by_group.rowsBetween(0, n - 1)
+            ),
+        )
+        .selectExpr(
+            *sql_names(keys),
+            START,
+            f"transform(filter(__ends, w -> w.j >= {n} AND w.d < {c_last}), w -> w.d) AS __ends",
+        )
     )
     inside = events.alias("e").join(
-        F.broadcast(windows.alias("w")),
-        same_group(keys, "e", "w")
-        & (F.col(f"e.{START}") >= F.col("w.__first"))
-        & (F.col(f"e.{START}") <= F.col("w.__d")),
+        ends.alias("w"),
+        same_group(keys, "e", "w") & (F.col(f"e.{START}") == F.col(f"w.{START}")),
     )
     inside = inside.select(
         *(F.col(f"w.{k}").alias(k) for k in keys),
-        "w.__d",
+        F.explode("w.__ends").alias("__d"),
         *(F.col(f"e.{c}").alias(c) for c in payload if c not in keys),
     )
     exact = exact_aggregates(aggregates, events, call)
