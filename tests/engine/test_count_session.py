@@ -94,6 +94,29 @@ def test_a_count_window_releases_each_window_once_the_cti_passes_its_last_start(
     ]
 
 
+@pytest.mark.parametrize("window", ["count", "session"])
+def test_a_null_key_is_a_group_of_its_own(app, window):
+    # k = None and k = "a" at the same times: 1, 3, 4; +inf at the end.
+    # count_window(2): per group the windows {1,3} ends 3 and {3,4} ends 4, each a point at its
+    # last start with n = 2, for both groups. session_window(5): per group one session [1, 10)
+    # (4 + 1 + 5), n = 3. Groups sort with null first; over all events at once, n would double.
+    script = EventScript()
+    for t in (1, 3, 4):
+        for k in (None, "a"):
+            script.insert("a", point(t, {"k": k, "v": t}))
+    if window == "count":
+        build = lambda s: s.count_window(2).group_by("k").aggregate(n=F.count("*"))  # noqa: E731
+        plan = CountWindow(Input("a"), 2, ("k",), (("n", _count),))
+        expected = [interval(t, t + 1, {"k": k, "n": 2}) for t in (3, 4) for k in (None, "a")]
+    else:
+        build = lambda s: (  # noqa: E731
+            s.session_window("5 microseconds").group_by("k").aggregate(n=F.count("*"))
+        )
+        plan = SessionWindow(Input("a"), 5, None, ("k",), (("n", _count),))
+        expected = [interval(1, 10, {"k": k, "n": 3}) for k in (None, "a")]
+    assert _both(app, script, build, plan) == [*expected, INF]
+
+
 def test_a_count_window_counts_start_times_not_events_and_never_completes_a_short_tail(app):
     script = EventScript()
     for t, v in ((2, 1), (2, 10), (5, 100), (6, 1000)):
