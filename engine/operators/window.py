@@ -8,7 +8,8 @@ that closed the window"). Empty windows produce nothing.
 
 A window lies between finite moments, ``-inf < ws`` and ``ws + size < +inf`` (§1: ±inf are the
 ends of int64); the grid's windows beyond do not exist (docs/decisions.md), and the grid is
-computed in bigint without overflow (:meth:`WindowSpec.first_sql`).
+computed in int64 without overflow, one rule read as numpy and as SQL
+(:meth:`WindowSpec.first_after`, :meth:`WindowSpec.first_sql`).
 
 CTI rule (§5; the seeds: "Hopping windows pull back CTIs within a window to the beginning of the
 window"): an input CTI ``c`` becomes the start of the earliest window still open, the smallest grid
@@ -42,6 +43,7 @@ read) instead of its events, for the aggregates Arrow computes as Spark does (:f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -158,23 +160,39 @@ class WindowSpec:
         ``ws + size > c``), for ``t`` an ``int`` or a numpy int64 array: the smallest grid
         start ``ws >= first_ws`` with ``ws + size > t``, and whether it is at most
         :attr:`last_ws` (where it is not, ``ws`` is meaningless). On the driver and in the Arrow
-        function of :func:`pushed_partials`; :meth:`first_sql` is the same rule in Spark, worked
-        the same way in int64 without overflow."""
-        import numpy as np
+        function of :func:`pushed_partials`; :meth:`first_sql` reads the same rule as SQL."""
+        return self._first_after(t, _NUMPY)
 
-        x = np.maximum(t, self.first_ws + self.size - 1) - (self.size - 1)
+    def first_sql(self, t: str) -> str:
+        """SQL: :meth:`first_after` of the bigint SQL expression ``t``, NULL where it is above
+        :attr:`last_ws`."""
+        return str(self._first_after(_Sql(t), _SQL)[0])
+
+    def _first_after(self, t: Any, ops: Any) -> tuple[Any, Any]:
+        """The rule of :meth:`first_after`, once, in ``ops``' arithmetic (numpy or SQL text).
+        Worked in int64 without overflow for every ``t``: ``x = max(t, first_ws + size - 1) -
+        size + 1`` lies in ``[first_ws, +inf - size + 1]``, and the grid start at or above it
+        is computed only where ``x <= last_ws``."""
+        hop = self.hop
+        x = ops.maximum(t, self.first_ws + self.size - 1) - (self.size - 1)
         inside = x <= self.last_ws
-        x = np.where(inside, x, self.first_ws)
-        return x + np.mod(self.hop - np.mod(x, self.hop), self.hop), inside
+        return ops.guarded(
+            inside, x, self.first_ws, lambda x: x + ops.mod(hop - ops.mod(x, hop), hop)
+        )
 
     def last_before(self, end: Any) -> Any:
         """The bound on the starts of the windows a lifetime ending at ``end`` overlaps: its last
         tick ``end - 1`` (a window overlaps it when ``ws <= end - 1``), at most
-        :attr:`last_ws`; ``int`` or numpy int64 array. :meth:`last_before_sql` is the same rule
-        in Spark."""
-        import numpy as np
+        :attr:`last_ws`; ``int`` or numpy int64 array. :meth:`last_before_sql` reads the same
+        rule as SQL."""
+        return self._last_before(end, _NUMPY)
 
-        return np.minimum(np.maximum(end, MIN_TIME + 1) - 1, self.last_ws)
+    def last_before_sql(self, end: str) -> str:
+        """SQL: :meth:`last_before` of the bigint SQL expression ``end``."""
+        return str(self._last_before(_Sql(end), _SQL))
+
+    def _last_before(self, end: Any, ops: Any) -> Any:
+        return ops.minimum(ops.maximum(end, MIN_TIME + 1) - 1, self.last_ws)
 
     def first_open(self, c: int) -> int | None:
         """The start of the earliest window still open at input CTI ``c``: the smallest grid
@@ -191,25 +209,89 @@ class WindowSpec:
             return c
         return ws + self.size if self.point_at_end else ws
 
-    def first_sql(self, t: str) -> str:
-        """SQL: :meth:`first_after`, the smallest grid start ``ws`` with ``ws + size > t``
-        (``t`` a bigint SQL expression) and ``ws >= first_ws``, NULL when above
-        :attr:`last_ws`. Worked in bigint without overflow for every ``t``:
-        ``x = max(t, first_ws + size - 1) - size + 1`` lies in ``[first_ws, +inf - size + 1]``,
-        and the grid start at or above it is only computed when ``x <= last_ws``."""
-        x = f"(greatest({t}, {self.first_ws + self.size - 1}) - {self.size - 1})"
-        up = f"{x} + pmod({self.hop} - pmod({x}, {self.hop}), {self.hop})"
-        return f"(CASE WHEN {x} <= {self.last_ws} THEN {up} END)"
-
-    def last_before_sql(self, end: str) -> str:
-        """SQL: :meth:`last_before` of the bigint SQL expression ``end``."""
-        return f"least(greatest({end}, {MIN_TIME + 1}) - 1, {self.last_ws})"
-
     def pulled_sql(self, c: str) -> str:
         """:meth:`pulled` of column ``c``, as SQL text."""
         ws = self.first_sql(c)
         value = f"{ws} + {self.size}" if self.point_at_end else ws
         return f"CASE WHEN {c} IN ({MIN_TIME}, {MAX_TIME}) THEN {c} ELSE coalesce({value}, {c}) END"
+
+
+class _Sql:
+    """A bigint SQL expression (its text) that the grid's rules compute with as with numpy
+    values: ``+``, ``-``, ``<=`` make the SQL of the operation."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __add__(self, other: object) -> _Sql:
+        return _Sql(f"({self} + {other})")
+
+    def __sub__(self, other: object) -> _Sql:
+        return _Sql(f"({self} - {other})")
+
+    def __rsub__(self, other: object) -> _Sql:
+        return _Sql(f"({other} - {self})")
+
+    def __le__(self, other: object) -> _Sql:
+        return _Sql(f"({self} <= {other})")
+
+
+class _SqlOps:
+    """The grid's operations as Spark SQL (:class:`_Sql`)."""
+
+    @staticmethod
+    def maximum(a: object, b: object) -> _Sql:
+        return _Sql(f"greatest({a}, {b})")
+
+    @staticmethod
+    def minimum(a: object, b: object) -> _Sql:
+        return _Sql(f"least({a}, {b})")
+
+    @staticmethod
+    def mod(a: object, b: int) -> _Sql:
+        return _Sql(f"pmod({a}, {b})")  # floored, as numpy's mod, for b > 0
+
+    @staticmethod
+    def guarded(inside: _Sql, x: _Sql, fallback: int, value: Callable) -> tuple[_Sql, _Sql]:
+        """``value(x)`` where ``inside`` holds, else NULL (never computed there)."""
+        del fallback
+        return _Sql(f"(CASE WHEN {inside} THEN {value(x)} END)"), inside
+
+
+class _NumpyOps:
+    """The grid's operations over ``int`` and numpy int64 values."""
+
+    @staticmethod
+    def maximum(a: Any, b: Any) -> Any:
+        import numpy as np
+
+        return np.maximum(a, b)
+
+    @staticmethod
+    def minimum(a: Any, b: Any) -> Any:
+        import numpy as np
+
+        return np.minimum(a, b)
+
+    @staticmethod
+    def mod(a: Any, b: int) -> Any:
+        import numpy as np
+
+        return np.mod(a, b)
+
+    @staticmethod
+    def guarded(inside: Any, x: Any, fallback: int, value: Callable) -> tuple[Any, Any]:
+        """``value(x)``, computed at ``fallback`` where ``inside`` does not hold (no overflow),
+        and ``inside``."""
+        import numpy as np
+
+        return value(np.where(inside, x, fallback)), inside
+
+
+_SQL, _NUMPY = _SqlOps(), _NumpyOps()
 
 
 @dataclass
