@@ -212,8 +212,6 @@ def ingress_epoch(
     spec, pushed, packed = scan.spec, scan.pushed, scan.packed
     raw, imports, read = epoch.raw, epoch.imports, epoch.read
     flush_at_stop, in_order = epoch.flush_at_stop, epoch.in_order
-    settings = spec.settings
-    gen = settings.generation if settings else None
     policy = spec.policy
     payload = spec.payload
     n_parts = len(spec.partitions)
@@ -251,31 +249,20 @@ def ingress_epoch(
     # function per partition over its rows in arrival order (running counts and maxima in numpy);
     # the partitions' state before the epoch travels with the function. Where the rows already
     # come that way and nothing is broadcast to the partitions, it runs where they were read.
-    step = _sequencer(
-        [(s.count, s.max_start, s.period, s.cti) for s in state.partitions],
-        gen.frequency_ticks if gen is not None else None,
-        bool(gen is not None and gen.by_count),
-        gen.delay_ticks if gen is not None else 0,
-        spec.flush_on_stop,
-        policy is AdvanceTimePolicy.ADJUST,
-        pushed,
-        payload if packed else None,
-        spec.versions,
-    )
+    rules = _ScanRules.of(scan)
+    step = _sequencer([(s.count, s.max_start, s.period, s.cti) for s in state.partitions], rules)
     if in_order and not broadcast and read is not None:
         names = seq.schema.fieldNames()
         a = read.map(
             spark,
             lambda raws: step(_own(b, names) for b in raws),
-            _sequenced_schema(seq.schema, pushed, packed),
+            _sequenced_schema(seq.schema, rules),
         )
     elif in_order and not broadcast:
-        a = seq.mapInArrow(step, _sequenced_schema(seq.schema, pushed, packed))
+        a = seq.mapInArrow(step, _sequenced_schema(seq.schema, rules))
     else:
         ordered = seq.repartition(_P).sortWithinPartitions(_P, POS)
-        a = ordered.groupBy(_P).applyInArrow(
-            step, _sequenced_schema(ordered.schema, pushed, packed)
-        )
+        a = ordered.groupBy(_P).applyInArrow(step, _sequenced_schema(ordered.schema, rules))
     a = cache.keep(a)
 
     new_state, first_violation, first_bad = _collect_state(a, state)
@@ -889,11 +876,45 @@ _COUNTS = [
 _LAST = ["arrival", "offset", "ended", "next"]
 
 
-def _sequenced_schema(
-    schema: StructType, pushed: PushedWindow | None = None, packed: bool = False
-) -> StructType:
+@dataclass(frozen=True)
+class _ScanRules:
+    """What an input's per-partition scan (:func:`_sequencer`) applies and hands on: the
+    input's CTI generation and policy, and the scan's choices in the physical plan. Made on
+    the driver (:meth:`of`) and shipped with the scan's function to the executors."""
+
+    #: CTI generation: None without, else the count (``by_count``) or the period in ticks
+    frequency: int | None = None
+    by_count: bool = False
+    delay: int = 0
+    flush_on_stop: bool = False
+    #: the policy for an item that breaks the CTI: ADJUST (else DROP)
+    adjust: bool = False
+    #: an input bound with ``versions=``: each event row is first made the edge it stands for
+    versions: Versions | None = None
+    #: :attr:`engine.physical.InputScan.pushed`: the window whose partial aggregates it makes
+    pushed: PushedWindow | None = None
+    #: with :attr:`engine.physical.InputScan.packed`, the payload's names: it packs the events
+    pack: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, scan: InputScan) -> _ScanRules:
+        spec = scan.spec
+        gen = spec.settings.generation if spec.settings else None
+        return cls(
+            gen.frequency_ticks if gen is not None else None,
+            bool(gen is not None and gen.by_count),
+            gen.delay_ticks if gen is not None else 0,
+            spec.flush_on_stop,
+            spec.policy is AdvanceTimePolicy.ADJUST,
+            spec.versions,
+            scan.pushed,
+            tuple(spec.payload) if scan.packed else None,
+        )
+
+
+def _sequenced_schema(schema: StructType, rules: _ScanRules) -> StructType:
     """The scan's output: its input's columns but ``__src``, then the sequenced ones and the
-    summary, then ``pushed``'s window start and partial columns, or with ``packed`` the packed
+    summary, then the pushed window's start and partial columns, or the packed
     events' column. Every column may be null: a STATE row has no payload and no position, a
     PARTIAL row only its keys and partials, a PACKED row only its packed events."""
     pos = schema[POS].dataType
@@ -905,28 +926,20 @@ def _sequenced_schema(
     for name, typ in _SEQUENCED:
         out = out.add(name, typ)
     out = out.add(_SUM, summary)
-    for f in pushed.fields.fields if pushed is not None else []:
+    for f in rules.pushed.fields.fields if rules.pushed is not None else []:
         out = out.add(f.name, f.dataType)
-    if packed:
+    if rules.pack is not None:
         out = out.add(ARROW, PACKED_TYPE)
     return out
 
 
 def _sequencer(
-    states: list[tuple[int, int | None, int | None, int]],
-    frequency: int | None,
-    by_count: bool,
-    delay: int,
-    flush_on_stop: bool,
-    adjust: bool,
-    pushed: PushedWindow | None = None,
-    pack: list[str] | None = None,
-    versions: Versions | None = None,
+    states: list[tuple[int, int | None, int | None, int]], rules: _ScanRules
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The per-partition scan of §3 over one source partition's rows in arrival order.
+    """The per-partition scan of §3 over one source partition's rows in arrival order, by
+    ``rules``.
 
-    ``states[p]``: partition p's (count, max start, period, CTI) before the epoch. ``frequency``:
-    None without generation, else the count or the period in ticks (``by_count``). It keeps the
+    ``states[p]``: partition p's (count, max start, period, CTI) before the epoch. It keeps the
     running count and max start of counted events (points, intervals, START edges, dropped or
     not) and the period of that max start; a CTI is generated after the N-th counted event, or
     after one that moves the period forward. For each row it adds ``__cb``, the partition's CTI
@@ -944,6 +957,9 @@ def _sequencer(
     as adjusted, end, position, payload) and handed on as PACKED rows, the rest as with
     ``pushed``. With ``versions``, each event row is first made the edge it stands for
     (:func:`_version_edges`)."""
+    frequency, by_count, delay = rules.frequency, rules.by_count, rules.delay
+    flush_on_stop, adjust, versions = rules.flush_on_stop, rules.adjust, rules.versions
+    pushed, pack = rules.pushed, rules.pack
     extra = _pushed_arrow(pushed)
     if pack is not None:
         extra = [pa.field(ARROW, pa.binary())]

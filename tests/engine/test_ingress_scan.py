@@ -9,7 +9,7 @@ from itertools import pairwise
 
 import pyarrow as pa
 import pytest
-from ctistream.engine.ingress import _P, _SRC, _sequencer
+from ctistream.engine.ingress import _P, _SRC, _ScanRules, _sequencer
 from ctistream.engine.rows import EDGE, END, KIND, POS, START
 from ctistream.engine.temporal import MIN_TIME
 from hypothesis import given, settings
@@ -71,7 +71,7 @@ def test_the_scan_gives_the_same_rows_for_any_split_into_batches(
 ):
     if before[1] is not None and frequency is not None and not by_count:
         before = (before[0], before[1], before[1] // frequency, before[3])  # period of max start
-    scan = _sequencer([before], frequency, by_count, delay, flush, adjust)
+    scan = _sequencer([before], _ScanRules(frequency, by_count, delay, flush, adjust))
     whole = _batch(items)
     bounds = sorted({c for c in cuts if c < len(items)} | {0, len(items)})
     parts = [whole.slice(a, b - a) for a, b in pairwise(bounds)]
@@ -84,7 +84,7 @@ def test_the_scan_gives_the_same_rows_for_any_split_into_batches(
 
 
 def test_rows_out_of_position_order_stop_the_scan_with_both_positions():
-    scan = _sequencer([(0, None, None, MIN_TIME)], 1, True, 0, False, False)
+    scan = _sequencer([(0, None, None, MIN_TIME)], _ScanRules(1, True))
     first, second = (
         _batch([("INSERT", None, 5), ("INSERT", None, 6)]).slice(1, 1),
         _batch([("INSERT", None, 5)]),
