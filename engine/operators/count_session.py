@@ -230,9 +230,8 @@ def _sessionized(rows: DataFrame, keys: tuple[str, ...], max_duration: int | Non
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        table = table.take(
-            pc.sort_indices(table, sort_keys=[(START, "ascending")])
-        )  # a stable sort
+        # Arrow's sort is stable
+        table = table.take(pc.sort_indices(table, sort_keys=[(START, "ascending")]))
         starts = table.column(START).to_numpy()
         opened = pc.fill_null(table.column(_OPEN), False)
         found = sessions_of(
