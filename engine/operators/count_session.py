@@ -122,36 +122,41 @@ def count_aggregate(
     events, payload = _events(flow, state.held, cache)
     c_last = flow.last_cti()
 
-    # Distinct start times per group, numbered; window j ends at d_j and starts at d_(j-n+1),
-    # so the start d_i is in the windows ending at d_i .. d_(i+n-1) that exist (j >= n).
-    # The held starts below the last CTI are the last n - 1 ones, so every window found here
-    # ends at or after that CTI: none was emitted before. Each event meets its start's windows
-    # completing now by an equi-join on (group, start): no range join, no broadcast.
-    by_group = Window.partitionBy(*keys).orderBy(START)
+    # Distinct start times per group, numbered 1, 2, ...; window j ends at d_j and starts at
+    # d_(j-n+1), so the start d_i is in the windows i .. i+n-1 that exist (j >= n). Those that
+    # complete now end below the last CTI: j <= the number of starts below it. The held
+    # starts below the last CTI are the last n - 1 ones, so every window found here ends at or
+    # after that CTI: none was emitted before. Each start lists its windows completing now
+    # (as many as the results it is in), each event meets its start's list, and each window
+    # its end, by equi-joins on the group: no range join, no broadcast.
+    by_group = Window.partitionBy(*keys)
     starts = cache.keep(events.select(*keys, START).distinct())
-    ends = (
-        starts.withColumn("__j", F.row_number().over(by_group))
-        .withColumn(
-            "__ends",
-            F.collect_list(F.struct(F.col(START).alias("d"), F.col("__j").alias("j"))).over(
-                by_group.rowsBetween(0, n - 1)
-            ),
-        )
-        .selectExpr(
-            *sql_names(keys),
-            START,
-            f"transform(filter(__ends, w -> w.j >= {n} AND w.d < {c_last}), w -> w.d) AS __ends",
-        )
+    numbered = starts.select(
+        *keys,
+        START,
+        F.row_number().over(by_group.orderBy(START)).alias("__j"),
+        F.sum(F.when(F.col(START) < F.lit(c_last), F.lit(1)).otherwise(F.lit(0)))
+        .over(by_group)
+        .alias("__below"),
     )
-    inside = events.alias("e").join(
-        ends.alias("w"),
-        same_group(keys, "e", "w") & (F.col(f"e.{START}") == F.col(f"w.{START}")),
+    lo, hi = f"greatest(__j, {n})", f"least(__j + {n - 1}, __below)"
+    quoted = sql_names(keys)
+    # (renamed apart: all three frames come from the epoch's events, a self-join for Spark)
+    windows_of = numbered.selectExpr(
+        *(f"{q} AS __wk{i}" for i, q in enumerate(quoted)),
+        f"{START} AS __ws",
+        f"explode(CASE WHEN {lo} <= {hi} THEN sequence({lo}, {hi}) END) AS __w",
     )
-    inside = inside.select(
-        *(F.col(f"w.{k}").alias(k) for k in keys),
-        F.explode("w.__ends").alias("__d"),
-        *(F.col(f"e.{c}").alias(c) for c in payload if c not in keys),
+    ends = numbered.selectExpr(
+        *(f"{q} AS __dk{i}" for i, q in enumerate(quoted)), "__j AS __dw", f"{START} AS __d"
     )
+    same_start = F.col(START) == F.col("__ws")
+    same_end = F.col("__w") == F.col("__dw")
+    for i, q in enumerate(quoted):
+        same_start = same_start & F.col(q).eqNullSafe(F.col(f"__wk{i}"))
+        same_end = same_end & F.col(f"__wk{i}").eqNullSafe(F.col(f"__dk{i}"))
+    inside = events.join(windows_of, same_start).join(ends, same_end)
+    inside = inside.select(*quoted, "__d", *sql_names(c for c in payload if c not in keys))
     exact = exact_aggregates(aggregates, events, call)
     grouped = inside.groupBy("__d", *keys).agg(
         *[c.alias(name) for name, c in repeatable(aggregates, exact)]
