@@ -120,10 +120,10 @@ def _lifetime_drops(rt: Runtime) -> dict[str, int]:
 
 def state_frames(st: Any) -> list[DataFrame | None]:
     """The frames of operator state ``st`` whose rows are its state rows: its held events (one
-    frame, or one per side) and partial aggregates."""
+    frame, or one per side), partial aggregates and, per group, latest times."""
     held = getattr(st, "held", None)
     frames = list(held) if isinstance(held, list) else [held]
-    return frames + [getattr(st, name, None) for name in ("pairs", "partials")]
+    return frames + [getattr(st, name, None) for name in ("pairs", "partials", "group_latest")]
 
 
 def _state_rows(st: Any) -> int | None:

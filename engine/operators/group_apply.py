@@ -238,12 +238,15 @@ TAKES_KEYS: dict[type[Node], Callable[[_Rewrite, Any], Node]] = {
 def _may_end_at_inf(node: Node) -> bool:
     """Whether ``node``'s events may have lifetimes that end at +inf: from an input of edges or
     intervals, or a snapshot (its last snapshot), unless a lifetime operator gave them a
-    duration."""
+    duration. A tumbling or hopping window's results (aggregates, top-k, apply) and a count
+    window's points end at finite moments."""
     if isinstance(node, InputNode):
         return node.shape is not EventShape.POINT or node.versions is not None
     if isinstance(node, LifetimeNode) and node.duration is not None:
         return False
-    if isinstance(node, WindowNode):
+    if isinstance(node, WindowNode | CountWindowNode):
+        return False
+    if isinstance(node, WindowRowsNode) and node.size > 0:
         return False
     if isinstance(node, JoinNode):
         return _may_end_at_inf(node.left) and _may_end_at_inf(node.right)

@@ -312,7 +312,8 @@ class WindowState:
     key_last: DataFrame | None = None
     #: the aggregates computed exactly (:func:`exact_aggregates`; decided at the first epoch)
     exact: list[int] | None = None
-    #: with :attr:`WindowSpec.latest_by`: per group (those keys) its latest time (``__latest``)
+    #: with :attr:`WindowSpec.latest_by`: per group (those keys) its latest time (``__latest``),
+    #: for the groups whose latest time is after the last CTI
     group_latest: DataFrame | None = None
 
 
@@ -416,6 +417,7 @@ def window_aggregate(
         bound = str(min(max(latest, finite_c), spec.last_ws))
         if group_latest is not None:  # each event's group's own latest time
             events = _with_group_latest(events, group_latest, spec.latest_by)
+            # (greatest skips a null: a group without a row has the finite CTI alone)
             bound = f"least(greatest({_LATEST}, {finite_c}), {spec.last_ws})"
         completes = f"{hi} > {lo}"
     else:  # windows end at or before hi: none while hi < first_ws + size
@@ -472,6 +474,12 @@ def window_aggregate(
         open_start = spec.first_open(c_last) if c_last != MIN_TIME else MIN_TIME
         keep = opened if merging else f"{END} > {open_start}" if open_start is not None else "false"
         held = hold(events.filter(keep).selectExpr(START, END, POS, _OPEN, *cols))
+    if group_latest is not None:
+        # kept: only the groups whose latest time is after the last CTI. At +inf an event is
+        # bounded by the larger of its group's time and the last finite CTI, which is at least
+        # this one: a group without a row (null) is bounded by that CTI alone, as its time.
+        kept = c_last != MAX_TIME
+        group_latest = hold(group_latest.filter(f"{_LATEST} > {c_last}")) if kept else None
     new_state = WindowState(
         held,
         partials,
@@ -504,13 +512,13 @@ def _counted(pushed: DataFrame) -> DataFrame:
 
 def _group_latest(events: DataFrame, keys: tuple[str, ...], before: DataFrame | None) -> DataFrame:
     """Per group of ``keys``, the latest time of its events so far (``__latest``: the largest
-    start or finite end; :func:`_stats`' ``m`` per group), with the groups seen ``before``: one
-    row per group, kept as state."""
+    start or finite end; :func:`_stats`' ``m`` per group), with the groups kept ``before``:
+    one row per group."""
     names = sql_names(keys)
     now = events.selectExpr(*names, f"greatest({START}, {_FINITE_END}) AS {_LATEST}")
     if before is not None:
         now = before.unionByName(now)
-    return checkpoint(now.groupBy(*names).agg(F.max(_LATEST).alias(_LATEST)))
+    return now.groupBy(*names).agg(F.max(_LATEST).alias(_LATEST))
 
 
 def _with_group_latest(

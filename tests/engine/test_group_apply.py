@@ -261,6 +261,34 @@ def test_group_apply_keeps_only_its_groups_operator_state(app):
     assert [e.payload for e in out[:2]] == [{"k": 0, "n": 3, "s": 12}, {"k": 2, "n": 2, "s": 8}]
 
 
+def test_a_window_over_intervals_keeps_a_groups_latest_time_only_while_it_is_after_the_cti(app):
+    # Intervals [t, t + 1) for t = 0, 2, .., 18: k = 0 before 10, k = 2 from 10; a CTI at each
+    # start, no flush, in 2 epochs; per group a tumbling window of 10 (intervals may end at +inf,
+    # so each group's latest time is kept). The last CTI is 18. State: the open window [10, 20)
+    # of k = 2 as one row of partial aggregates; k = 2's latest time 19 (> 18); k = 0's latest
+    # time 9 is at or before the CTI, so it is dropped (at +inf the CTI bounds k = 0 alone).
+    script = EventScript()
+    for t in range(0, 19, 2):
+        script.insert("a", interval(t, t + 1, {"k": 0 if t < 10 else 2, "v": t}))
+    stream = Stream.create(
+        "a",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=script),
+        EventShape.INTERVAL,
+        AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, TICK * 0, False)),
+    )
+    name = f"group-latest-state-{next(_names)}"
+    query = stream.group_apply(
+        "k", lambda g: g.tumbling_window(TICK * 10).aggregate(n=F.count("*"))
+    ).to_query(app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT)
+    try:
+        query.run(epochs=2)
+        state = query.operator_metrics()
+    finally:
+        app.queries.pop(name, None)
+    assert state["2:window"]["state_rows"] == 2  # a partial aggregate row and a latest time
+
+
 def test_a_snapshot_per_group_holds_only_events_of_snapshots_not_yet_final(app):
     # Points 0, 2, .., 38 (k = t % 4: groups 0 and 2), a CTI at each start, no flush, in 3
     # epochs; per group a snapshot window. The last CTI is 38.
