@@ -248,9 +248,31 @@ def _sessionized(rows: DataFrame, keys: tuple[str, ...], max_duration: int | Non
         which = np.searchsorted(np.array([f for f, _, _ in found]), starts, "right") - 1
         for n, c in enumerate((_SF, _SE, _CUT)):
             table = table.append_column(c, pa.array(np.array([x[n] for x in found])[which]))
-        return table
+        return _in_utc(table)
 
     return rows.groupBy(*sql_names(keys)).applyInArrow(sessionize, schema)
+
+
+def _in_utc(table: Any) -> Any:
+    """``table`` with every timestamp (nested ones too) labelled UTC, the same instants: a
+    grouped Arrow function must hand timestamps back as UTC, whatever the session's time zone
+    that Spark sent them in."""
+    import pyarrow as pa
+
+    def utc(t: Any) -> Any:
+        if pa.types.is_timestamp(t):
+            return pa.timestamp(t.unit, "UTC") if t.tz is not None else t
+        if pa.types.is_struct(t):
+            return pa.struct([f.with_type(utc(f.type)) for f in t])
+        if pa.types.is_map(t):
+            return pa.map_(utc(t.key_type), utc(t.item_type))
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            item = t.value_field.with_type(utc(t.value_type))
+            return pa.list_(item) if pa.types.is_list(t) else pa.large_list(item)
+        return t
+
+    schema = pa.schema([f.with_type(utc(f.type)) for f in table.schema])
+    return table if schema == table.schema else table.cast(schema)
 
 
 def session_aggregate(

@@ -227,6 +227,30 @@ def test_a_session_passes_every_payload_type_through_as_it_is(app):
         ]
 
 
+def test_sessions_hand_timestamps_back_in_any_session_time_zone(app):
+    # Spark hands an Arrow function timestamps in the session's time zone and wants them back
+    # labelled UTC; the sessionizing function relabels them (the same instants). Two rows of one
+    # group, 1 and 3 (reach 9): one session [1, 9).
+    from ctistream.engine.operators.count_session import _sessionized
+
+    spark = app.spark
+    rows = spark.sql(
+        "SELECT 'a' AS k, CAST(t AS BIGINT) AS __start, CAST(9 AS BIGINT) AS __reach, "
+        "false AS __open, TIMESTAMP'2026-01-02 03:04:05' AS ts, "
+        "named_struct('at', TIMESTAMP'2026-01-02 03:04:05') AS nested FROM VALUES (1), (3) AS v(t)"
+    )
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Europe/Berlin")
+    try:
+        got = _sessionized(rows, ("k",), None).orderBy("__start").collect()
+        expected = rows.orderBy("__start").collect()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    assert [(r["__sf"], r["__se"], r["ts"], r["nested"]) for r in got] == [
+        (1, 9, e["ts"], e["nested"]) for e in expected
+    ]
+
+
 def test_a_session_reaches_from_the_largest_end_of_its_intervals(app):
     script = EventScript()
     script.insert("a", interval(0, 10, {"k": "x", "v": 1}))
