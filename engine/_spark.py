@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from py4j import protocol as proto
 from py4j.clientserver import JavaClient
@@ -27,6 +28,7 @@ __all__ = [
     "parse_schema",
     "settle_driver",
     "settle_worker",
+    "utc_labelled",
 ]
 
 #: Session settings for many small epochs, each a few Spark jobs with deep plans:
@@ -124,6 +126,35 @@ def settle_worker() -> None:
     if len(gc.get_objects()) > UNFROZEN_LIMIT:
         gc.collect()
         gc.freeze()
+
+
+def utc_labelled(data: Any) -> Any:
+    """``data`` (an Arrow table or record batch) with every timestamp, nested ones too, labelled
+    UTC: the same instants. Spark hands a grouped Arrow function (``applyInArrow``, cogrouped too)
+    its timestamps labelled with the session's time zone and refuses any but UTC back, so every
+    such function of the engine returns what this gives."""
+    import pyarrow as pa
+
+    def utc(t: Any) -> Any:
+        if pa.types.is_timestamp(t):
+            return pa.timestamp(t.unit, "UTC") if t.tz is not None else t
+        if pa.types.is_struct(t):
+            return pa.struct([f.with_type(utc(f.type)) for f in t])
+        if pa.types.is_map(t):
+            return pa.map_(utc(t.key_type), utc(t.item_type))
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            item = t.value_field.with_type(utc(t.value_type))
+            return pa.list_(item) if pa.types.is_list(t) else pa.large_list(item)
+        return t
+
+    schema = pa.schema([f.with_type(utc(f.type)) for f in data.schema])
+    if schema == data.schema:
+        return data
+    columns = [  # only what changes: casting other structs can trip over their nulls
+        c if c.type == f.type else c.cast(f.type)
+        for c, f in zip(data.columns, schema, strict=True)
+    ]
+    return type(data).from_arrays(columns, schema=schema)
 
 
 def parse_schema(ddl: str) -> StructType:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from ctistream.engine._spark import settle_worker
+from ctistream.engine._spark import settle_worker, utc_labelled
 from ctistream.engine.ctis import keyed_rises, latest_of, min_of_latest, risen
 from ctistream.engine.diagnostics import diagnostic_rows
 from ctistream.engine.edges import RANK, fifo_pairs, fifo_ranked
@@ -262,7 +262,11 @@ def ingress_epoch(
         a = seq.mapInArrow(step, _sequenced_schema(seq.schema, rules))
     else:
         ordered = seq.repartition(_P).sortWithinPartitions(_P, POS)
-        a = ordered.groupBy(_P).applyInArrow(step, _sequenced_schema(ordered.schema, rules))
+
+        def grouped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            return map(utc_labelled, step(batches))  # a grouped function's timestamps: UTC
+
+        a = ordered.groupBy(_P).applyInArrow(grouped, _sequenced_schema(ordered.schema, rules))
     a = cache.keep(a)
 
     new_state, first_violation, first_bad = _collect_state(a, state)

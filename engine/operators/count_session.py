@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ctistream.engine._spark import utc_labelled
 from ctistream.engine.ctis import rising_rows
 from ctistream.engine.exact import compress_column
 from ctistream.engine.operators.window import (
@@ -225,7 +226,8 @@ def _sessionized(rows: DataFrame, keys: tuple[str, ...], max_duration: int | Non
     ``__sf``, end ``__se`` and first open START edge ``__cut``. Arrow in and out: every other
     column passes through as it is. A session's rows are consecutive in start order, and rows
     of one start are in one session (a row reaches past its start), so the session of a row is
-    the last one that starts at or before it."""
+    the last one that starts at or before it. Timestamps come back labelled UTC
+    (:func:`engine._spark.utc_labelled`)."""
     schema = StructType(
         [*rows.schema.fields, *(StructField(c, LongType()) for c in (_SF, _SE, _CUT))]
     )
@@ -248,31 +250,9 @@ def _sessionized(rows: DataFrame, keys: tuple[str, ...], max_duration: int | Non
         which = np.searchsorted(np.array([f for f, _, _ in found]), starts, "right") - 1
         for n, c in enumerate((_SF, _SE, _CUT)):
             table = table.append_column(c, pa.array(np.array([x[n] for x in found])[which]))
-        return _in_utc(table)
+        return utc_labelled(table)
 
     return rows.groupBy(*sql_names(keys)).applyInArrow(sessionize, schema)
-
-
-def _in_utc(table: Any) -> Any:
-    """``table`` with every timestamp (nested ones too) labelled UTC, the same instants: a
-    grouped Arrow function must hand timestamps back as UTC, whatever the session's time zone
-    that Spark sent them in."""
-    import pyarrow as pa
-
-    def utc(t: Any) -> Any:
-        if pa.types.is_timestamp(t):
-            return pa.timestamp(t.unit, "UTC") if t.tz is not None else t
-        if pa.types.is_struct(t):
-            return pa.struct([f.with_type(utc(f.type)) for f in t])
-        if pa.types.is_map(t):
-            return pa.map_(utc(t.key_type), utc(t.item_type))
-        if pa.types.is_list(t) or pa.types.is_large_list(t):
-            item = t.value_field.with_type(utc(t.value_type))
-            return pa.list_(item) if pa.types.is_list(t) else pa.large_list(item)
-        return t
-
-    schema = pa.schema([f.with_type(utc(f.type)) for f in table.schema])
-    return table if schema == table.schema else table.cast(schema)
 
 
 def session_aggregate(
