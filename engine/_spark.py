@@ -151,8 +151,7 @@ def utc_labelled(data: Any) -> Any:
     if schema == data.schema:
         return data
     columns = [  # only what changes: casting other structs can trip over their nulls
-        c if c.type == f.type else c.cast(f.type)
-        for c, f in zip(data.columns, schema, strict=True)
+        c if c.type == f.type else c.cast(f.type) for c, f in zip(data.columns, schema, strict=True)
     ]
     return type(data).from_arrays(columns, schema=schema)
 
