@@ -271,17 +271,21 @@ def _payload_frame(spark: SparkSession, node: Node, memo: dict[int, DataFrame]) 
     inputs = [_payload_frame(spark, child, memo) for child in node.children()]
     frame: DataFrame
     if isinstance(node, InputNode):
-        ddl = node.schema
+        ddl, where = node.schema, f"input {node.name!r}, its schema= in Stream.create"
         if ddl is None and node.factory is not None:
             adapter = node.factory.create(node.config, node.shape)
             adapter.bound_as(node.name)
             ddl = adapter.payload_schema()
+            where = (
+                f"input {node.name!r}, the payload schema its {type(adapter).__name__} "
+                "declares (its config's schema, or the adapter's own)"
+            )
         if ddl is None:
             raise QueryBuildError(
                 f"input {node.name!r}: its adapter declares no payload schema and the binding "
                 "gives none. Fix: pass schema= to Stream.create"
             )
-        frame = spark.createDataFrame([], parse_schema(ddl))
+        frame = spark.createDataFrame([], parse_schema(ddl, where))
     elif isinstance(node, WhereNode):
         frame = inputs[0].where(node.condition)
     elif isinstance(node, SelectNode):

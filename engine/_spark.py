@@ -156,11 +156,24 @@ def utc_labelled(data: Any) -> Any:
     return type(data).from_arrays(columns, schema=schema)
 
 
-def parse_schema(ddl: str) -> StructType:
-    """Parse a Spark DDL column list (needs an active session)."""
+def parse_schema(ddl: str, where: str) -> StructType:
+    """Parse a Spark DDL column list (needs an active session). ``where`` names it as the user
+    gave it (``input 'd' (schema=)``) in the :class:`~engine.errors.QueryBuildError` raised when
+    it is not one."""
+    from ctistream.engine.errors import QueryBuildError
+    from pyspark.errors import ParseException
+
     if not ddl.strip():
         return StructType([])
-    return StructType.fromDDL(ddl)
+    try:
+        return StructType.fromDDL(ddl)
+    except ParseException as e:
+        said = str(e).split("SQLSTATE")[0].strip().splitlines()[0].strip().rstrip(".")
+        raise QueryBuildError(
+            f"{where}: {ddl!r} is not a list of columns: {said}. Expected Spark DDL, names and "
+            "types separated by commas ('id bigint, v double'). Fix: write the schema as "
+            "'<name> <type>, <name> <type>, ...'"
+        ) from None
 
 
 #: seconds between two of :func:`collect_driver_garbage`'s collections

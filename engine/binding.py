@@ -123,9 +123,14 @@ def _bind_inputs(query: str, root: Node) -> list[BoundInput]:
 def _payload_schema(query: str, node: InputNode, adapter: InputAdapter) -> StructType:
     """The binding's ``schema=`` override; else the adapter's own; for a template input the
     template's declaration, which the adapter's own (if it declares one) must agree with."""
+    given = f"input {node.name!r} of query {query!r}, its schema= in Stream.create"
     if node.schema and node.template is None:
-        return parse_schema(node.schema)
+        return parse_schema(node.schema, given)
     own = adapter.payload_schema()
+    declared_by = (
+        f"input {node.name!r} of query {query!r}, the payload schema its "
+        f"{type(adapter).__name__} declares (its config's schema, or the adapter's own)"
+    )
     if node.template is None or node.schema is None:
         if own is None:
             raise QueryBuildError(
@@ -133,10 +138,10 @@ def _payload_schema(query: str, node: InputNode, adapter: InputAdapter) -> Struc
                 "declares no payload schema and the binding gives none. Fix: pass schema= "
                 "(Spark DDL) to Stream.create, or declare it in the adapter factory"
             )
-        return parse_schema(own)
-    declared = parse_schema(node.schema)
+        return parse_schema(own, declared_by)
+    declared = parse_schema(node.schema, given)
     if own is not None:
-        diffs = schema_differences(declared, parse_schema(own))
+        diffs = schema_differences(declared, parse_schema(own, declared_by))
         if diffs:
             raise QueryBuildError(
                 f"query {query!r}: input {node.name!r} of template {node.template!r} is "

@@ -40,6 +40,7 @@ import os
 import shutil
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -219,10 +220,10 @@ class CheckpointDir:
         for old in self._snapshots()[:-_KEEP]:
             shutil.rmtree(self.path / "state" / str(old), ignore_errors=True)
 
-    def latest_state(self, spark: SparkSession) -> tuple[int, dict[str, Any]] | None:
-        """The newest intact snapshot, as (epoch, state), or None when there is none. A damaged
-        or incomplete one is passed over with a warning naming the damaged file; when every
-        snapshot is damaged, raises :class:`CheckpointDamageError`."""
+    def states(self, spark: SparkSession) -> Iterator[tuple[int, dict[str, Any]]]:
+        """The intact snapshots, newest first, as (epoch, state), each loaded when asked for. A
+        damaged or incomplete one is passed over with a warning naming the damaged file; when
+        every snapshot is damaged, raises :class:`CheckpointDamageError`."""
         snaps = self._snapshots()
         damaged: list[str] = []
         for n, epoch in enumerate(reversed(snaps)):
@@ -245,14 +246,17 @@ class CheckpointDir:
                         f"and replaying the epochs after it from the offset log"
                     )
                 continue
-            return epoch, self._load(spark, epoch, base, json.loads(text))
-        if damaged:
+            yield epoch, self._load(spark, epoch, base, json.loads(text))
+        if damaged and len(damaged) == len(snaps):
             raise CheckpointDamageError(
                 f"checkpoint {str(self.path)!r}: no state snapshot is intact: "
                 f"{'; '.join(damaged)}. Expected a snapshot whose files match its manifest. "
                 f"Fix: restore the snapshot's files from a backup, {_FIX_NEW}"
             )
-        return None
+
+    def latest_state(self, spark: SparkSession) -> tuple[int, dict[str, Any]] | None:
+        """The newest intact snapshot (:meth:`states`), or None when there is none."""
+        return next(self.states(spark), None)
 
     def _load(self, spark: SparkSession, epoch: int, base: Path, tree: Any) -> dict[str, Any]:
         def load(value: Any) -> Any:

@@ -207,14 +207,18 @@ class InputAdapter(ABC):
         names = payload.names
         rows: list[tuple] = []
 
-        def flush() -> pa.RecordBatch:
-            columns = list(zip(*rows, strict=True)) if rows else [[]] * len(schema)
-            batch = pa.RecordBatch.from_arrays(
-                [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
-                schema=schema,
-            )
+        def flush() -> Iterator[pa.RecordBatch]:
+            """The rows gathered, as a batch; where a payload value is not of its column's
+            type (a malformed record), the rows before it, then the error naming it."""
+            try:
+                batches, error = [_batch(rows, schema)], None
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+                at, error = _first_unfit(rows, schema, len(header), partition, e)
+                batches = [_batch(rows[:at], schema)] if at else []
             rows.clear()
-            return batch
+            yield from batches
+            if error is not None:
+                raise error
 
         blank = (None,) * len(names)
         try:
@@ -232,13 +236,45 @@ class InputAdapter(ABC):
                 if until is not None and item.arrival >= until:
                     break
                 if len(rows) >= BATCH_ROWS:
-                    yield flush()
+                    yield from flush()
         except MalformedRecordError:
-            if rows:
-                yield flush()
+            if rows:  # a malformed value among them comes first
+                yield from flush()
             raise
         if rows:
-            yield flush()
+            yield from flush()
+
+
+def _batch(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    columns = list(zip(*rows, strict=True)) if rows else [[]] * len(schema)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+    )
+
+
+def _first_unfit(
+    rows: list[tuple], schema: pa.Schema, header: int, partition: str, error: Exception
+) -> tuple[int, Exception]:
+    """The index of the first of ``rows`` with a payload value Arrow cannot take as its
+    column's type, and a :class:`MalformedRecordError` naming it (``error``, what Arrow raised,
+    where no payload value is to blame)."""
+    import pyarrow as pa
+
+    for i, row in enumerate(rows):
+        for field, value in zip(list(schema)[header:], row[header:], strict=True):
+            try:
+                pa.array([value], type=field.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                return i, MalformedRecordError(
+                    f"partition {partition!r}, offset {row[5]}: payload column {field.name!r} "
+                    f"is declared as Arrow type {field.type}; got {value!r} "
+                    f"(a {type(value).__name__}). "
+                    "Fix: give the event a value of the declared type, or declare the column "
+                    "with the type its values have"
+                )
+    return 0, error
 
 
 class OutputAdapter(ABC):

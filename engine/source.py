@@ -117,8 +117,11 @@ def raw_batches(
     except MalformedRecordError as bad:
         if before is not None and (arrival, index, offset, p, 0) >= tuple(before):
             return
+        said = str(bad)
+        if input_name is not None and not said.startswith("input "):  # the adapter's own words
+            said = f"input {input_name!r}: {said}"
         row = {"__kind": Kind.BAD.value, "__arr": arrival, "__inp": index, "__off": offset}
-        row |= {"__part": p, "__error": str(bad)}
+        row |= {"__part": p, "__error": said}
         yield pa.RecordBatch.from_pylist([row], schema=out)
 
 

@@ -86,11 +86,39 @@ class Streamer:
         return {id(n): i for i, n in enumerate(walk(self.rt.root))}
 
     def _shape(self) -> list[str]:
-        """What a checkpoint's state must fit: the plan's operators and the inputs with their
-        partitions, in order."""
-        ops = [type(n).__name__ for n in walk(self.rt.root)]
-        inputs = [f"{b.spec.name}:{','.join(b.spec.partitions)}" for b in self.rt.inputs]
+        """What a checkpoint's state must fit: every operator of the plan with its arguments
+        (its label: a window's size, keys and aggregates, a join's keys, ...), in order, then
+        each input with its partitions, payload and time settings. State that another plan or
+        other settings computed would give results of neither query."""
+        ops = [n.label() for n in walk(self.rt.root)]
+        inputs = [
+            f"input {b.spec.name!r}: partitions {b.spec.partitions}, payload {b.spec.payload}, "
+            f"{b.spec.settings!r}, {b.spec.ordering!r}, {b.spec.versions!r}"
+            for b in self.rt.inputs
+        ]
         return ops + inputs
+
+    def _check_shape(self, epoch: int, written: Any) -> None:
+        """Raise when the snapshot of ``epoch`` was written by a query of another shape
+        (:meth:`_shape`), naming the first difference."""
+        shape = self._shape()
+        if written == shape:
+            return
+        written = written if isinstance(written, list) else []
+        at = next(
+            (i for i, (a, b) in enumerate(zip(shape, written, strict=False)) if a != b),
+            min(len(shape), len(written)),
+        )
+        theirs = written[at] if at < len(written) else "nothing more"
+        ours = shape[at] if at < len(shape) else "nothing more"
+        raise QueryBuildError(
+            f"query {self.rt.name!r}: the checkpoint in {str(self.dir.path)!r} was written by "
+            f"a query of another shape (its state snapshot of epoch {epoch}): at step {at + 1} "
+            f"of the plan (operators, then inputs) that query has {theirs!r}, this one "
+            f"{ours!r}; expected the query that wrote the checkpoint. Fix: start this query "
+            "with a new checkpoint directory (and a new, empty output), or start the query that "
+            "wrote the checkpoint: state cannot move between different plans, inputs or settings"
+        )
 
     def _state(self) -> dict[str, Any]:
         index = self._node_index()
@@ -115,16 +143,10 @@ class Streamer:
         self.done = {b.spec.index: False for b in rt.inputs}
         if self.dir is None:
             return
-        snap = self.dir.latest_state(rt.spark)
+        held = rt.output.progress()  # what the output holds by its own account, or None
+        snap = self._snapshot(held)
         if snap is not None:
             _, st = snap
-            if st.get("shape") != self._shape():
-                raise QueryBuildError(
-                    f"query {rt.name!r}: the checkpoint in {str(self.dir.path)!r} was written by "
-                    f"a query of another shape; expected {self._shape()}, got "
-                    f"{st.get('shape')}. Fix: start the query with a new checkpoint directory "
-                    "(state cannot move between different plans or inputs)"
-                )
             nodes = list(walk(rt.root))
             rt._ingress = st["ingress"]
             rt._ordering = st["ordering"]
@@ -139,15 +161,14 @@ class Streamer:
             )
         replay = self.dir.replay(self.epoch)
         self.committed = self.dir.committed()
-        # what the output holds before the replay: only the logged epochs can have delivered it
-        held = _at_least(rt.output.progress(), self.committed) if replay else None
+        if held is None and self.committed is not None:
+            _warn_behind(rt, self.dir, self.committed[0], replay[-1][0] if replay else -1)
         if replay:
             log.info("query %s: replaying epochs %s..%s", rt.name, replay[0][0], replay[-1][0])
-            if self.committed is not None:
-                _warn_behind(rt, self.dir, self.committed[0], replay[-1][0])
         for k, entry in replay:
             self._execute(k, entry)
-        rt.check_delivered(held)
+        # only the logged epochs can have delivered what the output held before the replay
+        rt.check_delivered(_at_least(held, self.committed) if replay else None)
         if replay:
             last: tuple[int, dict[str, Any]] | None = replay[-1]
         elif snap is not None:  # the snapshot's own epoch is the last one logged
@@ -155,6 +176,51 @@ class Streamer:
         else:
             last = None
         self._refuse_ended(last)
+
+    def _snapshot(self, held: int | None) -> tuple[int, dict[str, Any]] | None:
+        """The newest intact snapshot the output can go on from (None: there is none): one
+        through which the query had released at most the items the output holds (``held``, by
+        its own account; None: it keeps none, so any). An output restored from before the
+        newest snapshot (its file and progress record) holds fewer: an older snapshot is
+        restored and the epochs after it replayed, so the items it lacks come again, once. When
+        no snapshot kept is that old, the oldest is restored with a warning naming the items
+        that cannot be computed again (an output that does not write CTIs reports a lower count
+        although it lacks nothing written, so this is not refused)."""
+        passed: list[tuple[int, int]] = []  # (epoch, items released through it)
+        oldest = None
+        for epoch, st in self.dir.states(self.rt.spark):
+            self._check_shape(epoch, st.get("shape"))
+            released = st["egress"].released
+            oldest = (epoch, st)
+            if held is None or released <= held:
+                if passed:
+                    log.warning(
+                        "query %s: its output holds %s items, fewer than the %s released "
+                        "through epoch %s, its newest state snapshot: the snapshot of epoch %s "
+                        "is restored instead and the epochs after it replayed, so the items it "
+                        "lacks are delivered again",
+                        self.rt.name,
+                        held,
+                        passed[0][1],
+                        passed[0][0],
+                        epoch,
+                    )
+                return oldest
+            passed.append((epoch, released))
+        if oldest is not None:
+            epoch, released = passed[-1]
+            warn_damage(
+                f"query {self.rt.name!r}: its output holds {held} items by its own account, "
+                f"but the oldest state snapshot kept in the checkpoint {str(self.dir.path)!r} "
+                f"(epoch {epoch}, restored) comes after its item {released}: items {held + 1} "
+                f"to {released} are not delivered to it again. An output that does not write "
+                "CTIs (Kafka or Event Hubs with include_ctis=False) counts only up to its last "
+                "record and lacks nothing if those items are CTIs; one that writes every item "
+                "(a file) lacks them. Fix: restore the output (its file and its progress record "
+                "together) as it was when the query stopped, or start the query with a new "
+                "checkpoint directory and a new, empty output"
+            )
+        return oldest
 
     def _refuse_ended(self, last: tuple[int, dict[str, Any]] | None) -> None:
         """Raise when the restored query ended for good (semantics §9, "a stop is recorded"):
@@ -363,12 +429,10 @@ _LAST = (
 
 
 def _warn_behind(rt: Any, ckpt: CheckpointDir, committed: int, last: int) -> None:
-    """Warn when the output reports nothing delivered although the commit log records epochs as
-    delivered: its progress record was lost (a damaged one is an error), or it is a new output
-    (§9). Those epochs are not delivered to it again (:func:`_at_least`); ``last``: the last
-    epoch replayed."""
-    if rt.output.progress() is not None:
-        return
+    """Warn that the output reports nothing delivered although the commit log records epochs
+    through ``committed`` as delivered: its progress record was lost (a damaged one is an
+    error), or it is a new output (§9). Those epochs are not delivered to it again
+    (:func:`_at_least`); ``last``: the last epoch replayed (-1: none)."""
     cut = (
         f"; epoch {committed + 1}, which the commit log does not record, is delivered whole: "
         "any part of it the output kept from a delivery cut short comes twice"
@@ -378,8 +442,8 @@ def _warn_behind(rt: Any, ckpt: CheckpointDir, committed: int, last: int) -> Non
     warn_damage(
         f"query {rt.name!r}: its output reports nothing delivered, but the commit log "
         f"{str(ckpt.commit_path(committed))!r} records epochs through {committed} delivered: "
-        "the output's progress record was lost, or the output is new. Those epochs are not "
-        f"delivered to it again{cut}"
+        "the output's progress record was lost, the output is new, or it keeps no record "
+        f"(its progress() gives None). Those epochs are not delivered to it again{cut}"
     )
 
 

@@ -299,4 +299,4 @@ def apply_schema(schema: str | StructType) -> StructType:
     """``apply``'s ``schema`` as a StructType (DDL parsed by Spark)."""
     from ctistream.engine._spark import parse_schema
 
-    return schema if isinstance(schema, StructType) else parse_schema(schema)
+    return schema if isinstance(schema, StructType) else parse_schema(schema, "apply()'s schema")

@@ -147,3 +147,43 @@ def test_an_item_arriving_before_the_one_before_it_stops_the_run_after_what_came
     assert message.startswith("input 'a', partition 'only'")
     assert "Fix:" in message
     assert MemoryOutputFactory.collected("backwards") == [cti(10), point(10, {"v": 10}), cti(20)]
+
+
+def test_a_payload_schema_that_is_not_ddl_is_refused_naming_the_input_and_the_fix(app):
+    # "id bigint v double" lacks the comma between its columns: Spark cannot parse it
+    config = MemoryInputConfig(script=_script(), schema="id bigint v double")
+    stream = Stream.create("a", MemoryInputFactory(), config, EventShape.POINT)
+    with pytest.raises(QueryBuildError) as error:
+        stream.to_query(
+            app, "ddl", MemoryOutputFactory(), MemoryOutputConfig(name="ddl"), EventShape.POINT
+        )
+    message = str(error.value)
+    assert (
+        message.startswith("input 'a'")
+        and "'id bigint v double' is not a list of columns" in message
+    )
+    assert "Syntax error at or near 'v'" in message and "Fix: write the schema as" in message
+    assert "ParseException" not in message and "== SQL" not in message
+
+
+def test_a_payload_value_not_of_its_declared_type_stops_the_run_after_what_came_first(app):
+    # The script's events at 10 and 20 carry v as declared (bigint); the one at 30 carries a
+    # string: a malformed record. A CTI at every event's start: the run delivers what the CTIs
+    # of the first two commit (CTI 10, the point at 10, CTI 20; the point at 20 waits for a CTI
+    # above it), then raises naming the input, partition, offset, column, value and fix.
+    script = EventScript()
+    for t, v in ((10, 10), (20, 20), (30, "thirty"), (40, 40)):
+        script.insert("a", point(t, {"v": v}))
+    config = MemoryInputConfig(script=script, schema="v bigint")
+    every = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1), policy=AdvanceTimePolicy.DROP)
+    stream = Stream.create("a", MemoryInputFactory(), config, EventShape.POINT, every)
+    q = stream.to_query(
+        app, "typed", MemoryOutputFactory(), MemoryOutputConfig(name="typed"), EventShape.POINT
+    )
+    with pytest.raises(MalformedRecordError) as error:
+        q.run()
+    message = str(error.value)
+    assert message.startswith("input 'a': partition '0', offset 2: payload column 'v'")
+    assert "got 'thirty' (a str)" in message and "Fix: " in message
+    assert "Traceback" not in message
+    assert MemoryOutputFactory.collected("typed") == [cti(10), point(10, {"v": 10}), cti(20)]
