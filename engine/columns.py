@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ctistream.engine._spark import engine_work
 from ctistream.engine.diagnostics import check_diagnostics, diagnostic_schema
@@ -46,7 +47,7 @@ from ctistream.engine.schema import check_payload_names
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegralType, LongType, StructField, StructType
+from pyspark.sql.types import IntegralType, LongType, StringType, StructField, StructType
 
 __all__ = ["check_columns"]
 
@@ -210,9 +211,67 @@ def _aggregate(
                 "compute it with .select() after aggregate(); the group keys are in the output "
                 "already"
             )
+        _refuse_strings_as_numbers(each, schema, col)
     named = [col.alias(name) for name, col in aggregates]
     key_cols = [F.col(_quoted(k)) for k in keys]
     return _resolve(spark, call, schema, where, lambda df: df.groupBy(*key_cols).agg(*named)).schema
+
+
+#: aggregate functions of numbers: over a string column Spark casts each value to a double, and
+#: the first value that is not a number fails the epoch at run time
+_OF_NUMBERS = frozenset(
+    [
+        "sum",
+        "avg",
+        "mean",
+        "product",
+        "stddev",
+        "std",
+        "stddev_samp",
+        "stddev_pop",
+        "variance",
+        "var_samp",
+        "var_pop",
+        "skewness",
+        "kurtosis",
+    ]
+)
+
+
+def _refuse_strings_as_numbers(each: str, schema: StructType, col: Column) -> None:
+    """Raise when ``col`` applies an aggregate of numbers (``F.sum``, ``F.avg``, ...) straight to
+    a string column of ``schema``: what Spark accepts here fails at run time, on the first value
+    that is not a number, in words that name neither the aggregate nor the column. An explicit
+    cast (``F.col(c).cast("double")``) is the user's to make."""
+    types = {f.name.lower(): f.dataType for f in schema.fields}
+
+    def visit(node: Any) -> None:
+        kind = node.getClass().getSimpleName()
+        if kind == "Alias":
+            visit(node.child())
+        if kind != "UnresolvedFunction":
+            return
+        name = str(node.functionName()).lower()
+        args = node.arguments()
+        for i in range(args.length()):
+            arg = args.apply(i)
+            if name in _OF_NUMBERS and arg.getClass().getSimpleName() == "UnresolvedAttribute":
+                column = str(arg.nameParts().mkString("."))
+                if isinstance(types.get(column.lower()), StringType):
+                    raise QueryBuildError(
+                        f"{each}: {name}() takes numbers, but {column!r} is a string column "
+                        "(Spark would cast each value to a double and fail the epoch at run "
+                        "time on the first that is not a number). Expected a numeric column. "
+                        f"Fix: aggregate a numeric column, or cast it if it holds numbers: "
+                        f"F.{name}(F.col({column!r}).cast('double'))"
+                    )
+            visit(arg)
+
+    try:
+        node = col._jc.node()  # type: ignore[attr-defined]
+    except Exception:  # not a classic Column: Spark's run-time error stands
+        return
+    visit(node)
 
 
 def _resolve(

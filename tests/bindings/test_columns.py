@@ -196,6 +196,27 @@ def test_a_misspelled_ordering_column_names_the_closest(app, ordering, call, col
 
 
 @pytest.mark.parametrize(
+    ("aggregate", "function"),
+    [(lambda: F.sum("name"), "sum"), (lambda: F.avg("NAME") * 2, "avg")],
+    ids=["sum", "inside-an-expression"],
+)
+def test_a_number_aggregate_of_a_string_column_fails_when_the_query_is_built(
+    app, aggregate, function
+):
+    # Spark accepts sum(name) over a string by casting each value to a double, and fails the
+    # epoch at run time on 'x' in words that name neither the aggregate nor the column
+    stream = _input(schema="id bigint, name string").tumbling_window(US10).group_by("id")
+    with pytest.raises(QueryBuildError) as raised:
+        _query(app, stream.aggregate(t=aggregate()))
+    message = str(raised.value)
+    assert "group_by('id').aggregate(t)" in message
+    assert f"{function}() takes numbers, but 'name" in message.replace("'NAME", "'name")
+    assert "Fix: aggregate a numeric column, or cast it" in message
+    # cast on purpose, the user's call: the query builds
+    _query(app, stream.aggregate(t=F.sum(F.col("name").cast("double"))))
+
+
+@pytest.mark.parametrize(
     "aggregate",
     [lambda: F.col("v"), lambda: F.col("v") + 1, lambda: F.lit(1)],
     ids=["column", "expression", "literal"],
