@@ -222,13 +222,10 @@ class QueryBinder:
                 )
             else:
                 try:
-                    parse_schema(unbound[name].schema or "")
-                except Exception as bad:  # Spark's parse errors have no common public type
-                    problems.append(
-                        f"template input {name!r} declares payload {unbound[name].schema!r}, "
-                        f"which is not Spark DDL ({str(bad).splitlines()[0]}); expected e.g. "
-                        "'id bigint, v double'. Fix: correct the schema given to Stream.input"
-                    )
+                    where = f"template input {name!r}, the schema given to Stream.input"
+                    parse_schema(unbound[name].schema or "", where)
+                except QueryBuildError as bad:
+                    problems.append(str(bad))
         for node in bindings.values():
             imp = node.settings.import_settings if node.settings else None
             if imp is None or imp.stream_name in bindings or imp.stream_name in fixed:

@@ -32,7 +32,9 @@ def _adapter(tmp_path, monkeypatch, table, shape, **cfg):
     pq.write_table(table, path, row_group_size=3)
     cfg.setdefault("time_column", "t")
     adapter = FileInputAdapter(FileInputConfig(path=str(path), **cfg), shape)
-    schema = to_arrow_schema(parse_schema(adapter.payload_schema()), timezone="UTC")
+    schema = to_arrow_schema(
+        parse_schema(adapter.payload_schema(), "the test's adapter"), timezone="UTC"
+    )
     return adapter, adapter.partitions()[0], schema
 
 
