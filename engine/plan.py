@@ -76,7 +76,32 @@ def _node_text(node: Any) -> str:
         return f"{name}({', '.join(shown)})"
     if kind == "Alias" and node.name().length() == 1:
         return f"{_node_text(node.child())} AS {node.name().apply(0)}"
-    return str(node.sql())
+    if kind == "ExpressionColumnNode":  # a Python UDF's call, say
+        return _expression_text(node.expression())
+    return _no_addresses(str(node.sql()))
+
+
+def _expression_text(expression: Any) -> str:
+    """A Catalyst expression inside a Column as it reads: a Python UDF (or grouped aggregate
+    UDF) as its name and arguments; Spark's SQL text of the arguments would show their source
+    positions, with the JVM's object addresses, which differ from run to run."""
+    kind = expression.getClass().getSimpleName()
+    if kind == "ColumnNodeExpression":
+        return _node_text(expression.node())
+    if kind == "AggregateExpression":
+        return _expression_text(expression.aggregateFunction())
+    if kind in ("PythonUDF", "PythonUDAF"):
+        args = expression.children()
+        shown = [_expression_text(args.apply(i)) for i in range(args.length())]
+        return f"{expression.name()}({', '.join(shown)})"
+    return _no_addresses(str(expression.sql()))
+
+
+def _no_addresses(text: str) -> str:
+    """``text`` without the JVM's object addresses (``[Ljava.lang.StackTraceElement;@6d4b3967``):
+    a label is the same for the same query in every run (engine.streaming: a checkpoint's
+    shape)."""
+    return re.sub(r"\[L[\w.$]+;@[0-9a-f]+", "[...]", text)
 
 
 def _aggregates(keys: tuple[str, ...], aggregates: tuple[tuple[str, Column], ...]) -> str:

@@ -210,3 +210,45 @@ def test_a_checkpoint_of_another_plan_is_refused_naming_the_difference(
     )
     assert "Fix: start this query with a new checkpoint directory" in text
     assert (run / "out.jsonl").read_bytes() == before
+
+
+def test_the_same_query_with_python_functions_built_again_fits_its_checkpoint(app, tmp_path):
+    # A restart builds the query anew, in a new process as a rule: its Columns are new objects
+    # and its Python UDFs new functions. A Column's text shows a UDF's arguments with where they
+    # were written, the JVM's object addresses included, different in every build; the plan's
+    # shape must not, or every restart of such a query would be refused.
+    from ctistream.adapters.memory import (
+        EventScript,
+        MemoryInputConfig,
+        MemoryInputFactory,
+        MemoryOutputConfig,
+        MemoryOutputFactory,
+    )
+    from ctistream.engine import point
+
+    script = EventScript()
+    for s in SECONDS:
+        script.insert("events", point(T0 + timedelta(seconds=s), {"id": 0, "v": float(s)}))
+
+    def build(name: str):
+        big = F.udf(lambda v: v > 1.0, "boolean")
+        stream = Stream.create(
+            "events",
+            MemoryInputFactory(),
+            MemoryInputConfig(script=script, schema="id int, v double"),
+            EventShape.POINT,
+            EVERY,
+        )
+        windows = stream.where(big("v")).tumbling_window(timedelta(seconds=5)).group_by("id")
+        return windows.aggregate(n=F.count("*")).to_query(
+            app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.INTERVAL
+        )
+
+    tag = uuid.uuid4().hex[:6]
+    first = build(f"udf-{tag}")
+    _start(first, tmp_path / "ck")
+    first.step()
+    first.stop(flush=False)
+    again = build(f"udf-again-{tag}")
+    _start(again, tmp_path / "ck")  # fits: no QueryBuildError
+    again.stop()
