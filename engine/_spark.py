@@ -136,14 +136,22 @@ def utc_labelled(data: Any) -> Any:
     import pyarrow as pa
 
     def utc(t: Any) -> Any:
+        """``t`` with its timestamps labelled UTC; ``t`` itself (nullability, field names and
+        all) where it holds none to relabel."""
         if pa.types.is_timestamp(t):
             return pa.timestamp(t.unit, "UTC") if t.tz is not None else t
         if pa.types.is_struct(t):
-            return pa.struct([f.with_type(utc(f.type)) for f in t])
+            fields = [f.with_type(utc(f.type)) for f in t]
+            return t if fields == list(t) else pa.struct(fields)
         if pa.types.is_map(t):
-            return pa.map_(utc(t.key_type), utc(t.item_type))
+            key, item = t.key_field, t.item_field
+            new_key, new_item = key.with_type(utc(key.type)), item.with_type(utc(item.type))
+            unchanged = new_key == key and new_item == item
+            return t if unchanged else pa.map_(new_key, new_item, t.keys_sorted)
         if pa.types.is_list(t) or pa.types.is_large_list(t):
             item = t.value_field.with_type(utc(t.value_type))
+            if item == t.value_field:
+                return t
             return pa.list_(item) if pa.types.is_list(t) else pa.large_list(item)
         return t
 

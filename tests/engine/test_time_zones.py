@@ -83,3 +83,24 @@ def test_timestamps_come_out_as_the_same_instants_in_any_session_time_zone(app, 
     with session_time_zone(app.spark, zone):
         out, _ = spark_run(app, _script(), inputs, _sessions, EventShape.INTERVAL, 2)
     assert sorted(out[:-1], key=lambda e: e.start) + out[-1:] == EXPECTED
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin"])
+def test_other_types_pass_a_grouped_arrow_function_as_they_are(app, zone):
+    # A map whose values cannot be null (made by create_map) next to the timestamp: relabelling
+    # the timestamp must leave the map's type as it is, or Spark refuses the function's result.
+    # k = 0 has points 0, 2, 4 (one session [0, 15)), k = 1 has 1, 3, 5 ([1, 16)).
+    inputs = {"l": In(EventShape.POINT, FLUSHED, "k long, at timestamp")}
+
+    def build(s):
+        mapped = s["l"].select("k", "at", F.create_map(F.lit("a"), F.lit(1)).alias("m"))
+        sessions = mapped.session_window(timedelta(microseconds=10)).group_by("k")
+        return sessions.aggregate(last=F.max("at"), n=F.count("*"))
+
+    with session_time_zone(app.spark, zone):
+        out, _ = spark_run(app, _script(), inputs, build, EventShape.INTERVAL, 2)
+    assert sorted(out[:-1], key=lambda e: e.start) + out[-1:] == [
+        interval(0, 15, {"k": 0, "last": BASE + timedelta(hours=4), "n": 3}),
+        interval(1, 16, {"k": 1, "last": BASE + timedelta(hours=5), "n": 3}),
+        cti(MAX_TIME),
+    ]
