@@ -76,6 +76,16 @@ def _node_text(node: Any) -> str:
         return f"{name}({', '.join(shown)})"
     if kind == "Alias" and node.name().length() == 1:
         return f"{_node_text(node.child())} AS {node.name().apply(0)}"
+    if kind == "LambdaFunction":  # a higher-order function's (F.transform, F.exists, ...)
+        # PySpark numbers its variables from a counter of the JVM's life (x_1, then x_4, ...):
+        # shown by their own names, the text is the same in every build
+        variables = node.arguments()
+        names = [str(variables.apply(i).name()) for i in range(variables.length())]
+        body = _node_text(node.function())
+        shown = [re.sub(r"_\d+$", "", name) for name in names]
+        for name, plain in zip(names, shown, strict=True):
+            body = re.sub(rf"\b{re.escape(name)}\b", plain, body)
+        return f"{shown[0] if len(shown) == 1 else '(' + ', '.join(shown) + ')'} -> {body}"
     if kind == "ExpressionColumnNode":  # a Python UDF's call, say
         return _expression_text(node.expression())
     return _no_addresses(str(node.sql()))

@@ -35,6 +35,7 @@ import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from ctistream.adapters.files import FileOutputConfig, FileOutputFactory
 from ctistream.adapters.kafka import KafkaInputConfig, KafkaInputFactory
@@ -252,3 +253,34 @@ def test_the_same_query_with_python_functions_built_again_fits_its_checkpoint(ap
     again = build(f"udf-again-{tag}")
     _start(again, tmp_path / "ck")  # fits: no QueryBuildError
     again.stop()
+
+
+def test_a_plan_built_again_has_the_same_shape(app):
+    # What a checkpoint's shape compares is each operator's label: it must read the same in
+    # every build of one query, Python UDFs, grouped aggregate UDFs and higher-order functions
+    # (whose variables PySpark numbers from a counter of the JVM's life) included
+    from ctistream.adapters.memory import EventScript, MemoryInputConfig, MemoryInputFactory
+    from ctistream.engine.plan import walk
+
+    def build():
+        big = F.udf(lambda v: v > 1.0, "boolean")
+
+        @F.pandas_udf("double")
+        def middle(v: pd.Series) -> float:
+            return float(v.median())
+
+        stream = Stream.create(
+            "events",
+            MemoryInputFactory(),
+            MemoryInputConfig(script=EventScript(), schema="id int, v double, arr array<int>"),
+            EventShape.POINT,
+            EVERY,
+        )
+        kept = stream.where(big("v") & F.exists("arr", lambda x: x > 1))
+        windows = kept.tumbling_window(timedelta(seconds=5)).group_by("id")
+        summed = F.aggregate(F.collect_list("v"), F.lit(0.0), lambda acc, x: acc + x)
+        return windows.aggregate(m=middle("v"), s=summed)
+
+    first, again = ([n.label() for n in walk(build().node)] for _ in range(2))
+    assert first == again
+    assert first[1] == "where (<lambda>(v) AND exists(arr, x -> (x > 1)))"
