@@ -67,6 +67,11 @@ class MarkedOutputAdapter(OutputAdapter):
         self._mark: Mark | None = _UNKNOWN
 
     # -- engine hooks -------------------------------------------------------------------------
+    @property
+    def counts_every_item(self) -> bool:  # type: ignore[override]
+        """Only when CTIs are written: a mark moves with a record."""
+        return bool(self._config.include_ctis)
+
     def progress(self) -> int | None:
         """The number after the item of the partition's last marked record, or None (reads the
         tail once)."""

@@ -315,12 +315,22 @@ class OutputAdapter(ABC):
         Return once the items are durably delivered (or raise).
         """
 
+    #: Whether :meth:`progress` counts through the last item delivered, CTIs included, also
+    #: when they were not written: then a count below what a restart's newest state snapshot
+    #: released means the output lacks items (its file was restored from a backup, say), and the
+    #: restart restores an older snapshot to deliver them again. An output that marks only the
+    #: records it writes, and writes no CTIs, counts up to its last record: after most epochs
+    #: that is below what was released (trailing CTIs), and it lacks nothing.
+    counts_every_item: bool = True
+
     def progress(self) -> int | None:
         """How many of the query's output items this output durably holds (driver): the count
-        after the last item it wrote, CTIs counted whether it writes them or not; or None when
-        it holds nothing (or does not know). Called before the first epoch a run or a restarted
-        query delivers: the engine hands :meth:`deliver` only the items numbered from this
-        count on. The default remembers nothing, so items computed again come again."""
+        after the last item it wrote, CTIs counted whether it writes them or not (see
+        :attr:`counts_every_item`); or None when it holds nothing (or does not know). Called
+        before the first epoch a run or a restarted query delivers: the engine hands
+        :meth:`deliver` only the items numbered from this count on. The default reports None:
+        a restart then takes the commit log's account, so the epochs it records as delivered
+        are not delivered again, and says so with a warning."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook

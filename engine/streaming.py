@@ -144,7 +144,7 @@ class Streamer:
         if self.dir is None:
             return
         held = rt.output.progress()  # what the output holds by its own account, or None
-        snap = self._snapshot(held)
+        snap = self._snapshot(held if rt.output.counts_every_item else None)
         if snap is not None:
             _, st = snap
             nodes = list(walk(rt.root))
@@ -180,12 +180,12 @@ class Streamer:
     def _snapshot(self, held: int | None) -> tuple[int, dict[str, Any]] | None:
         """The newest intact snapshot the output can go on from (None: there is none): one
         through which the query had released at most the items the output holds (``held``, by
-        its own account; None: it keeps none, so any). An output restored from before the
-        newest snapshot (its file and progress record) holds fewer: an older snapshot is
+        its own account; None: it keeps none, or does not count every item, so any:
+        :attr:`engine.contracts.OutputAdapter.counts_every_item`). An output restored from
+        before the newest snapshot (its file and progress record) holds fewer: an older one is
         restored and the epochs after it replayed, so the items it lacks come again, once. When
         no snapshot kept is that old, the oldest is restored with a warning naming the items
-        that cannot be computed again (an output that does not write CTIs reports a lower count
-        although it lacks nothing written, so this is not refused)."""
+        that cannot be computed again."""
         passed: list[tuple[int, int]] = []  # (epoch, items released through it)
         oldest = None
         for epoch, st in self.dir.states(self.rt.spark):
@@ -213,12 +213,10 @@ class Streamer:
                 f"query {self.rt.name!r}: its output holds {held} items by its own account, "
                 f"but the oldest state snapshot kept in the checkpoint {str(self.dir.path)!r} "
                 f"(epoch {epoch}, restored) comes after its item {released}: items {held + 1} "
-                f"to {released} are not delivered to it again. An output that does not write "
-                "CTIs (Kafka or Event Hubs with include_ctis=False) counts only up to its last "
-                "record and lacks nothing if those items are CTIs; one that writes every item "
-                "(a file) lacks them. Fix: restore the output (its file and its progress record "
-                "together) as it was when the query stopped, or start the query with a new "
-                "checkpoint directory and a new, empty output"
+                f"to {released} are not delivered to it again, and it lacks them. Fix: restore "
+                "the output (its file and its progress record together) as it was when the "
+                "query stopped, or start the query with a new checkpoint directory and a new, "
+                "empty output"
             )
         return oldest
 

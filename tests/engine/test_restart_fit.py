@@ -28,6 +28,7 @@ and 3 (7 items), the last epoch logged.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import uuid
@@ -38,13 +39,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from ctistream.adapters.files import FileOutputConfig, FileOutputFactory
-from ctistream.adapters.kafka import KafkaInputConfig, KafkaInputFactory
+from ctistream.adapters.kafka import (
+    KafkaInputConfig,
+    KafkaInputFactory,
+    KafkaOutputConfig,
+    KafkaOutputFactory,
+)
 from ctistream.bindings import Stream
 from ctistream.engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, EventShape
 from ctistream.engine.errors import QueryBuildError
+from ctistream.engine.temporal import to_ticks
 from pyspark.sql import functions as F
 
-from tests.adapters.test_kafka import produce
+from tests.adapters.test_kafka import produce, read_back
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SECONDS = [1, 6, 11, 16]
@@ -284,3 +291,52 @@ def test_a_plan_built_again_has_the_same_shape(app):
     first, again = ([n.label() for n in walk(build().node)] for _ in range(2))
     assert first == again
     assert first[1] == "where (<lambda>(v) AND exists(arr, x -> (x > 1)))"
+
+
+def test_an_output_without_ctis_restarts_from_the_newest_snapshot_without_a_word(
+    app, kafka_broker, tmp_path, caplog
+):
+    # A Kafka output that writes no CTIs marks only its records: killed after epoch 3 it counts
+    # 6 (through [10, 15), item 5), below the 7 the newest snapshot released (CTI 15 is item 6),
+    # and lacks nothing. The restart takes the newest snapshot, replays nothing and warns of
+    # nothing; the topic holds each window once.
+    b = kafka_broker.bootstrap
+    topic, sink = kafka_broker.create_topic(), kafka_broker.create_topic()
+    ms = int(T0.timestamp() * 1000)
+
+    def query():
+        config = KafkaInputConfig(
+            bootstrap_servers=b, topic=topic, schema="id int", time_field="ts"
+        )
+        stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, EVERY)
+        windows = stream.tumbling_window(timedelta(seconds=5)).group_by("id")
+        out = KafkaOutputConfig(bootstrap_servers=b, topic=sink, include_ctis=False)
+        return windows.aggregate(n=F.count("*")).to_query(
+            app, f"fit-{uuid.uuid4().hex[:6]}", KafkaOutputFactory(), out, EventShape.INTERVAL
+        )
+
+    q = query()
+    _start(q, tmp_path / "ck")
+    for s in SECONDS:
+        produce(b, topic, [(0, {"ts": (T0 + timedelta(seconds=s)).isoformat(), "id": 0}, ms, None)])
+        q.step()
+    # killed here: dropped without a stop
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        caplog.at_level(logging.INFO, logger="ctistream.streaming"),
+    ):
+        warnings.simplefilter("always")
+        again = query()
+        _start(again, tmp_path / "ck")
+        again.stop()
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "restored instead" in m or "replaying" in m], said
+    got = read_back(b, sink, EventShape.INTERVAL, schema="id int, n bigint")
+    second = lambda t: (t - to_ticks(T0)) // 1_000_000  # noqa: E731
+    assert [(second(e.start), second(e.end), e.payload["n"]) for e in got] == [
+        (0, 5, 1),
+        (5, 10, 1),
+        (10, 15, 1),
+        (15, 20, 1),
+    ]
