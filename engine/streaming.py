@@ -92,11 +92,12 @@ class Streamer:
         other settings computed would give results of neither query."""
         ops = [n.label() for n in walk(self.rt.root)]
         inputs = [
-            f"input {b.spec.name!r}: partitions {b.spec.partitions}, payload {b.spec.payload}, "
-            f"{b.spec.settings!r}, {b.spec.ordering!r}, {b.spec.versions!r}"
+            f"input {b.spec.name!r}: partitions {b.spec.partitions}, payload "
+            f"{b.schema.simpleString()}, {b.spec.settings!r}, {b.spec.ordering!r}, "
+            f"{b.spec.versions!r}"
             for b in self.rt.inputs
         ]
-        return ops + inputs
+        return [_SHAPE, *ops, *inputs]
 
     def _check_shape(self, epoch: int, written: Any) -> None:
         """Raise when the snapshot of ``epoch`` was written by a query of another shape
@@ -105,6 +106,15 @@ class Streamer:
         if written == shape:
             return
         written = written if isinstance(written, list) else []
+        if not written or written[0] != _SHAPE:
+            raise QueryBuildError(
+                f"query {self.rt.name!r}: the checkpoint in {str(self.dir.path)!r} was written "
+                f"by another version of the engine (its state snapshot of epoch {epoch} records "
+                f"its plan as {written[:4]}...); this version records each operator with its "
+                "arguments and can tell only then whether the state fits. Fix: start the query "
+                "with a new checkpoint directory (and a new, empty output), or resume it with "
+                "the version that wrote the checkpoint"
+            )
         at = next(
             (i for i, (a, b) in enumerate(zip(shape, written, strict=False)) if a != b),
             min(len(shape), len(written)),
@@ -113,7 +123,7 @@ class Streamer:
         ours = shape[at] if at < len(shape) else "nothing more"
         raise QueryBuildError(
             f"query {self.rt.name!r}: the checkpoint in {str(self.dir.path)!r} was written by "
-            f"a query of another shape (its state snapshot of epoch {epoch}): at step {at + 1} "
+            f"a query of another shape (its state snapshot of epoch {epoch}): at step {at} "
             f"of the plan (operators, then inputs) that query has {theirs!r}, this one "
             f"{ours!r}; expected the query that wrote the checkpoint. Fix: start this query "
             "with a new checkpoint directory (and a new, empty output), or start the query that "
@@ -418,6 +428,9 @@ class Streamer:
         finally:
             self.rt.output.close()
 
+
+#: the first entry of a checkpoint's shape (:meth:`Streamer._shape`): how this version records it
+_SHAPE = "shape 2: operators with their arguments, then inputs"
 
 #: why a restart whose snapshot covers every logged epoch still reads the last entry
 _LAST = (
