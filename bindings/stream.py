@@ -271,7 +271,8 @@ def _payload_frame(spark: SparkSession, node: Node, memo: dict[int, DataFrame]) 
     inputs = [_payload_frame(spark, child, memo) for child in node.children()]
     frame: DataFrame
     if isinstance(node, InputNode):
-        ddl, where = node.schema, f"input {node.name!r}, its schema= in Stream.create"
+        given = "its schema= in Stream.create" if node.template is None else "its Stream.input"
+        ddl, where = node.schema, f"input {node.name!r}, the schema in {given}"
         if ddl is None and node.factory is not None:
             adapter = node.factory.create(node.config, node.shape)
             adapter.bound_as(node.name)

@@ -169,18 +169,19 @@ def parse_schema(ddl: str, where: str) -> StructType:
     gave it (``input 'd' (schema=)``) in the :class:`~engine.errors.QueryBuildError` raised when
     it is not one."""
     from ctistream.engine.errors import QueryBuildError
-    from pyspark.errors import ParseException
+    from pyspark.errors import PySparkException
 
     if not ddl.strip():
         return StructType([])
     try:
         return StructType.fromDDL(ddl)
-    except ParseException as e:
+    except PySparkException as e:  # a parse error, a type Spark does not know, a bad precision
         said = str(e).split("SQLSTATE")[0].strip().splitlines()[0].strip().rstrip(".")
         raise QueryBuildError(
-            f"{where}: {ddl!r} is not a list of columns: {said}. Expected Spark DDL, names and "
-            "types separated by commas ('id bigint, v double'). Fix: write the schema as "
-            "'<name> <type>, <name> <type>, ...'"
+            f"{where}: {ddl!r} is not a list of columns Spark can read: {said}. Expected "
+            "Spark DDL: names and types separated by commas ('id bigint, v double'), of types "
+            "Spark knows (bigint, int, double, string, boolean, timestamp, decimal(p, s) with "
+            "p <= 38, array<...>, struct<...>, map<...>). Fix: correct the schema there"
         ) from None
 
 

@@ -123,7 +123,11 @@ def _bind_inputs(query: str, root: Node) -> list[BoundInput]:
 def _payload_schema(query: str, node: InputNode, adapter: InputAdapter) -> StructType:
     """The binding's ``schema=`` override; else the adapter's own; for a template input the
     template's declaration, which the adapter's own (if it declares one) must agree with."""
-    given = f"input {node.name!r} of query {query!r}, its schema= in Stream.create"
+    given = f"input {node.name!r} of query {query!r}, " + (
+        "its schema= in Stream.create"
+        if node.template is None
+        else f"the schema template {node.template!r} declares for it (Stream.input)"
+    )
     if node.schema and node.template is None:
         return parse_schema(node.schema, given)
     own = adapter.payload_schema()

@@ -245,6 +245,11 @@ class CheckpointDir:
                         f"damaged ({problem}); restoring the snapshot of epoch {before} instead "
                         f"and replaying the epochs after it from the offset log"
                     )
+                elif len(damaged) < len(snaps):  # a newer one was passed over: say why not this
+                    warn_damage(
+                        f"checkpoint {str(self.path)!r}: the state snapshot of epoch {epoch}, "
+                        f"the oldest kept, is damaged ({problem}); it cannot be restored"
+                    )
                 continue
             yield epoch, self._load(spark, epoch, base, json.loads(text))
         if damaged and len(damaged) == len(snaps):

@@ -261,16 +261,20 @@ def _first_unfit(
     column's type, and a :class:`MalformedRecordError` naming it (``error``, what Arrow raised,
     where no payload value is to blame)."""
     import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_type
 
     for i, row in enumerate(rows):
         for field, value in zip(list(schema)[header:], row[header:], strict=True):
             try:
                 pa.array([value], type=field.type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                try:  # as the payload schema names it
+                    declared = from_arrow_type(field.type).simpleString()
+                except Exception:  # a type PySpark does not map back: Arrow's name
+                    declared = str(field.type)
                 return i, MalformedRecordError(
                     f"partition {partition!r}, offset {row[5]}: payload column {field.name!r} "
-                    f"is declared as Arrow type {field.type}; got {value!r} "
-                    f"(a {type(value).__name__}). "
+                    f"is declared {declared}; got {value!r} (a {type(value).__name__}). "
                     "Fix: give the event a value of the declared type, or declare the column "
                     "with the type its values have"
                 )

@@ -221,7 +221,7 @@ class Streamer:
             epoch, released = passed[-1]
             warn_damage(
                 f"query {self.rt.name!r}: its output holds {held} items by its own account, "
-                f"but the oldest state snapshot kept in the checkpoint {str(self.dir.path)!r} "
+                f"but the oldest intact state snapshot in the checkpoint {str(self.dir.path)!r} "
                 f"(epoch {epoch}, restored) comes after its item {released}: items {held + 1} "
                 f"to {released} are not delivered to it again, and it lacks them. Fix: restore "
                 "the output (its file and its progress record together) as it was when the "

@@ -361,3 +361,16 @@ def test_a_checkpoint_whose_shape_an_older_version_wrote_is_refused_as_such(app,
     text = str(error.value)
     assert "written by another version of the engine" in text
     assert "['InputNode', 'WindowNode', 'events:0']" in text and "Fix: start the query" in text
+
+
+def test_a_damaged_older_snapshot_passed_to_for_an_old_output_is_named(app, crashed, tmp_path):
+    # The output as after epoch 2 needs snapshot 2 (5 items), but its manifest is gone: snapshot
+    # 3 (7 items) is the only one intact. The start names the damage and the items 6 and 7 the
+    # output does not get; then the stop's window and CTI come.
+    run = _copy(crashed, tmp_path, output_after=2)
+    manifest = run / "ck" / "state" / "2" / "manifest.json"
+    manifest.unlink()
+    said = _resume(app, crashed, run)
+    assert any(str(manifest) in s and "oldest kept, is damaged" in s for s in said), said
+    assert any("holds 5 items" in s and "items 6 to 7 are not delivered" in s for s in said)
+    assert _items(run / "out.jsonl") == EXPECTED[:5] + EXPECTED[7:]
