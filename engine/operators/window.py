@@ -647,7 +647,7 @@ def sums_decimals(events: DataFrame, summed: list[Column]) -> bool:
 #: aggregates over doubles whose result depends on the order Spark adds the values in and that
 #: are not computed exactly: refused (:func:`exact_aggregates`)
 _ORDERED = frozenset(
-    {"try_sum", "try_avg", "skewness", "kurtosis", "covar_samp", "covar_pop", "corr"}
+    {"try_sum", "try_avg", "product", "skewness", "kurtosis", "covar_samp", "covar_pop", "corr"}
     | {f"regr_{n}" for n in ("avgx", "avgy", "slope", "intercept", "r2", "sxx", "sxy", "syy")}
 )
 
@@ -696,7 +696,8 @@ def exact_aggregates(
             how = "DISTINCT " if distinct else ""
             inside = "" if whole else ", inside an expression,"
             raise QueryBuildError(
-                f"{where}.aggregate({name}=...): {fn}({how}...){inside} adds floating-point "
+                f"{where}.aggregate({name}=...): {fn}({how}...){inside} "
+                f"{'multiplies' if fn == 'product' else 'adds'} floating-point "
                 "values in the order Spark happens to process them, so its last bits would "
                 "change with the epochs the input is cut into or with Spark's partitioning "
                 "(semantics §4 promises byte-identical results). Expected sum, avg / mean or "
