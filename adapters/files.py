@@ -1055,9 +1055,10 @@ class FileOutputAdapter(OutputAdapter):
     :meth:`progress` before it replays epochs after a restart.
 
     Durability: :meth:`deliver` appends the rows, flushes and fsyncs the file, then writes the
-    sidecar ``<path>.epoch`` = ``{"items": n, "bytes": L}`` (n = the query's output items the
-    file holds: the number after its last row's, L = the data file's length after them; n is
-    null before the first delivery) atomically and behind a checksum
+    sidecar ``<path>.epoch`` = ``{"items": n, "bytes": L, "ended": e}`` (n = the query's output
+    items the file holds: the number after its last row's, L = the data file's length after
+    them; n is null before the first delivery; e: the last item is the CTI at +inf, after which
+    nothing is delivered: a run over input that grew since is refused, not appended) atomically and behind a checksum
     (:func:`engine.checkpoint.write_checked`: temporary file, fsync, rename, fsync of the
     directory); a damaged sidecar is an error naming it and the fix (semantics §9). If the process
     dies between the data and the sidecar, the file holds a tail the sidecar does not cover: whole
@@ -1098,6 +1099,15 @@ class FileOutputAdapter(OutputAdapter):
         after what :meth:`progress` reports."""
         state = self._read_sidecar()
         held = state[0] if state is not None else None
+        if items and state is not None and state[2]:
+            raise ValueError(
+                f"output file {self._path!r} ends with the CTI at +inf (its sidecar "
+                f"{self._sidecar!r} says so): the output it holds is complete, and nothing can "
+                f"follow it; yet items from number {first} on are delivered (epoch {epoch}). "
+                "The file holds a run of this query over less input (one that ended), or "
+                "another query's output. Fix: give this run its own output file, or delete both "
+                "files to start over"
+            )
         if held is not None and first < held:
             raise ValueError(
                 f"output file {self._path!r} holds {held} output items (its sidecar "
@@ -1115,7 +1125,11 @@ class FileOutputAdapter(OutputAdapter):
             f.flush()
             os.fsync(f.fileno())
             size = f.tell()
-        self._write_sidecar(first + len(items), size)
+        if items:  # the CTI at +inf last: nothing can follow
+            ended = items[-1].is_cti and items[-1].start >= MAX_TIME
+        else:
+            ended = state is not None and state[2]
+        self._write_sidecar(first + len(items), size, ended)
 
     # -- helpers ------------------------------------------------------------------------------
     def _row(self, event: Event) -> dict[str, Any]:
@@ -1179,7 +1193,7 @@ class FileOutputAdapter(OutputAdapter):
             self._header = _csv_header(self._path) if self._format == "csv" and length else None
         return length
 
-    def _read_sidecar(self) -> tuple[int | None, int] | None:
+    def _read_sidecar(self) -> tuple[int | None, int, bool] | None:
         try:
             text = read_checked(self._sidecar).decode("utf-8")
         except FileNotFoundError:
@@ -1194,21 +1208,25 @@ class FileOutputAdapter(OutputAdapter):
             ) from None
         try:
             state = json.loads(text)
-            if set(state) != {"items", "bytes"}:
+            if not {"items", "bytes"} <= set(state) <= {"items", "bytes", "ended"}:
                 raise KeyError
-            items, length = state["items"], state["bytes"]
+            items, length, ended = state["items"], state["bytes"], state.get("ended", False)
             if not (items is None or isinstance(items, int)) or not isinstance(length, int):
+                raise TypeError
+            if not isinstance(ended, bool):
                 raise TypeError
         except (ValueError, KeyError, TypeError, AttributeError):
             raise ValueError(
                 f"sidecar {self._sidecar!r} is unreadable; expected "
-                f'{{"items": <int or null>, "bytes": <int>}}; got '
+                f'{{"items": <int or null>, "bytes": <int>, "ended": <bool>}}; got '
                 f"{text[:_GOT_LIMIT]!r}. Fix: delete it together with the output file to start over"
             ) from None
-        return items, length
+        return items, length, ended
 
-    def _write_sidecar(self, items: int | None, length: int) -> None:
-        write_checked(self._sidecar, json.dumps({"items": items, "bytes": length}))
+    def _write_sidecar(self, items: int | None, length: int, ended: bool = False) -> None:
+        """``ended``: the last item written is the CTI at +inf (nothing can follow it)."""
+        body = {"items": items, "bytes": length, "ended": ended}
+        write_checked(self._sidecar, json.dumps(body))
 
 
 class FileOutputFactory(OutputAdapterFactory[FileOutputConfig]):

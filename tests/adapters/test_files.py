@@ -741,7 +741,11 @@ def test_the_sidecar_counts_the_output_items_so_a_partial_epoch_is_completed(
     restarted.deliver(1, [], 3)
     assert restarted.progress() == 3
     sidecar = Path(str(out) + ".epoch")
-    assert json.loads(read_checked(sidecar)) == {"items": 3, "bytes": len(whole.read_bytes())}
+    assert json.loads(read_checked(sidecar)) == {
+        "items": 3,
+        "bytes": len(whole.read_bytes()),
+        "ended": False,
+    }
     with pytest.raises(ValueError, match=r"holds 3 output items .* from number 0 on .*own output"):
         restarted.deliver(0, OUTPUT_ITEMS, 0)
     assert out.read_bytes() == whole.read_bytes()
@@ -839,3 +843,22 @@ def test_size_hint_bounds_the_items_from_footers_and_file_sizes(tmp_path: Path) 
     c = adapter(path=str(tmp_path / "c.csv"), time_column="ts")
     assert c.size_hint() == 8
     assert len(read_all(c)) == 3
+
+
+def test_nothing_is_delivered_after_the_cti_at_inf(tmp_path: Path) -> None:
+    # The CTI at +inf ends a query's output: a file that ends with it is complete, and items
+    # delivered after it would come from a run over other input (it grew, say) numbered as if
+    # they followed on, some skipped as held. Refused, naming the file and the fix.
+    out = tmp_path / "out.jsonl"
+    cfg = FileOutputConfig(path=str(out))
+    ended = [*OUTPUT_ITEMS, cti(MAX_TIME)]
+    FileOutputFactory().create(cfg, EventShape.INTERVAL).deliver(0, ended, 0)
+    whole = out.read_bytes()
+    again = FileOutputFactory().create(cfg, EventShape.INTERVAL)
+    assert again.progress() == 4
+    again.deliver(1, [], 4)  # nothing new: a run of the same query over the same input
+    with pytest.raises(
+        ValueError, match=r"ends with the CTI at \+inf .*Fix: give this run its own"
+    ):
+        again.deliver(1, [point(NEW_YEAR_2024 + 4 * S, {"id": 3, "v": 1.0})], 4)
+    assert out.read_bytes() == whole
