@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ctistream.adapters._broker import Retries
-from ctistream.adapters._records import _format_time, _json_default
+from ctistream.adapters._records import _format_time, _json_default, _json_ready
 from ctistream.engine.contracts import OutputAdapter
 from ctistream.engine.errors import EngineError
 from ctistream.engine.events import Event, EventKind, EventShape
@@ -184,7 +184,7 @@ class MarkedOutputAdapter(OutputAdapter):
                         f"select), or set {type(cfg).__name__} time_field/end_field/edge_field "
                         "to other names"
                     )
-                row[name] = value
+                row[name] = _json_ready(value)
         return json.dumps(row, default=_json_default, ensure_ascii=False).encode("utf-8")
 
     def _tail(self) -> Mark | None:

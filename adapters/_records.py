@@ -463,6 +463,21 @@ def _format_time(ticks: int) -> str:
         return str(ticks)  # beyond year 9999: plain ticks, which the input adapter reads back
 
 
+def _json_ready(value: Any) -> Any:
+    """A payload value as a JSON record holds it: a struct (a PySpark ``Row``) as an object of
+    its fields, arrays and maps with their values so (JSON would write a ``Row``, a tuple, as an
+    array and lose its field names)."""
+    from pyspark.sql import Row
+
+    if isinstance(value, Row):
+        return {k: _json_ready(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v) for v in value]
+    return value
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime | date):
         return value.isoformat()

@@ -84,6 +84,7 @@ from ctistream.adapters._records import (
     _format_time,
     _got,
     _json_default,
+    _json_ready,
     _parse_ddl,
     _parse_flag,
     _parse_time,
@@ -1045,6 +1046,8 @@ def _csv_value(value: Any) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict | list):  # a struct, map or array: as JSON
+        return json.dumps(value, default=_json_default, ensure_ascii=False)
     return str(_json_default(value)) if isinstance(value, datetime | date | bytes) else str(value)
 
 
@@ -1058,9 +1061,10 @@ class FileOutputAdapter(OutputAdapter):
     sidecar ``<path>.epoch`` = ``{"items": n, "bytes": L, "ended": e}`` (n = the query's output
     items the file holds: the number after its last row's, L = the data file's length after
     them; n is null before the first delivery; e: the last item is the CTI at +inf, after which
-    nothing is delivered: a run over input that grew since is refused, not appended) atomically and behind a checksum
-    (:func:`engine.checkpoint.write_checked`: temporary file, fsync, rename, fsync of the
-    directory); a damaged sidecar is an error naming it and the fix (semantics §9). If the process
+    nothing is delivered: a run over input that grew since is refused, not appended) atomically
+    and behind a checksum (:func:`engine.checkpoint.write_checked`: temporary file, fsync,
+    rename, fsync of the directory); a damaged sidecar is an error naming it and the fix
+    (semantics §9). If the process
     dies between the data and the sidecar, the file holds a tail the sidecar does not cover: whole
     or torn rows. Creating the adapter (and every :meth:`deliver`) truncates the file back to
     ``L``, and the engine delivers those items again, so the file ends up with every item exactly
@@ -1145,7 +1149,7 @@ class FileOutputAdapter(OutputAdapter):
                     f"payload column {name!r} of {event!r} clashes with the output's own column "
                     f"{name!r} in {self._path!r}. Fix: rename it in the query, e.g. with select"
                 )
-            row[name] = value
+            row[name] = _json_ready(value)
         return row
 
     def _encode(self, rows: list[dict[str, Any]], *, empty_file: bool) -> bytes:

@@ -6,6 +6,7 @@ Expected values are written out by hand from the inputs each test creates.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import pickle
@@ -862,3 +863,26 @@ def test_nothing_is_delivered_after_the_cti_at_inf(tmp_path: Path) -> None:
     ):
         again.deliver(1, [point(NEW_YEAR_2024 + 4 * S, {"id": 3, "v": 1.0})], 4)
     assert out.read_bytes() == whole
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_structs_arrays_and_maps_are_written_as_json_with_their_field_names(
+    tmp_path: Path, fmt: str
+) -> None:
+    # A struct comes out of Spark as a Row, a tuple: JSON would write it as an array and lose
+    # its field names, CSV as Python's repr. Both write it as a JSON object, nested ones too.
+    from pyspark.sql import Row
+
+    out = tmp_path / f"out.{fmt}"
+    payload = {"st": Row(x=7, inner=Row(y="y")), "arr": [7, 2], "m": {"a": 1}}
+    event = point(NEW_YEAR_2024, payload)
+    cfg = FileOutputConfig(path=str(out), format=fmt)
+    FileOutputFactory().create(cfg, EventShape.POINT).deliver(0, [event], 0)
+    expected = {"st": {"x": 7, "inner": {"y": "y"}}, "arr": [7, 2], "m": {"a": 1}}
+    if fmt == "jsonl":
+        [row] = [json.loads(line) for line in out.read_text().splitlines()]
+        got = {k: row[k] for k in expected}
+    else:
+        [row] = list(csv.DictReader(out.read_text().splitlines()))
+        got = {k: json.loads(row[k]) for k in expected}
+    assert got == expected
