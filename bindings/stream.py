@@ -57,6 +57,17 @@ def _positive(value: timedelta | str, name: str, owner: str) -> int:
     return to_duration_ticks(value, name=name, owner=owner, min_ticks=1)
 
 
+def _streams(what: str, *others: Any) -> None:
+    """Raise when one of ``others``, what ``what`` combines this stream with, is not a Stream."""
+    for other in others:
+        if not isinstance(other, Stream):
+            raise TypeError(
+                f"{what}() takes other Streams; got a {type(other).__name__} ({other!r}). Fix: "
+                "pass a Stream, as Stream.create(...) or an operator on one gives it (e.g. "
+                "readings.join(sensors, on='id'), where sensors = Stream.create('sensors', ...))"
+            )
+
+
 def _keys(on: str | Sequence[str], what: str) -> tuple[str, ...]:
     keys = (on,) if isinstance(on, str) else tuple(on)
     if not keys or not all(isinstance(k, str) and k for k in keys):
@@ -544,6 +555,7 @@ class Stream:
         A substream key of either side must be in ``on`` (both sides' the same column); the
         result keeps it. A keyed stream joined with an un-keyed one (a reference stream) on the
         key stays keyed."""
+        _streams("join", other)
         keys = _keys(on, "join")
         rule = partial(_join_rule, _call("join", on=list(keys)), "join", keys)
         node = JoinNode(self._node, other.node, keys, call=_call("join", on=on))
@@ -554,6 +566,7 @@ class Stream:
         columns covers (nulls never match); payload = this stream's columns. CTI = the older of
         both sides' latest CTIs. A part leaves once the other side's CTI has passed it, as a
         START edge first when its end is not yet known. Substream keys as for :meth:`join`."""
+        _streams("anti_join", other)
         keys = _keys(on, "anti_join")
         rule = partial(_join_rule, _call("anti_join", on=list(keys)), "anti_join", keys)
         node = AntiJoinNode(self._node, other.node, keys, call=_call("anti_join", on=on))
@@ -564,6 +577,7 @@ class Stream:
         ``other`` with equal ``on`` columns covers (:meth:`anti_join`'s), with ``other``'s
         columns null; payload and CTI as :meth:`join`'s (``other``'s columns nullable).
         Substream keys as for :meth:`join`; no keyed CTIs pass (as for :meth:`anti_join`)."""
+        _streams("left_outer_join", other)
         keys = _keys(on, "left_outer_join")
         call = _call("left_outer_join", on=list(keys))
         rule = partial(_join_rule, call, "left_outer_join", keys)
@@ -576,6 +590,7 @@ class Stream:
         its end (StreamInsight's ClipEventDuration); payload = this stream's columns. CTI = the
         older of both sides' latest CTIs. An event leaves as a START edge first when its end is
         not yet final. Substream keys as for :meth:`join`; no keyed CTIs pass."""
+        _streams("clip_event_duration", other)
         keys = _keys(on, "clip_event_duration")
         call = _call("clip_event_duration", on=list(keys))
         rule = partial(_join_rule, call, "clip_event_duration", keys)
@@ -589,6 +604,7 @@ class Stream:
         (:meth:`merge_substreams`) to union them with un-keyed streams."""
         if not others:
             raise ValueError("union() needs at least one other stream")
+        _streams("union", *others)
         call = f"union() of {len(others) + 1} streams"
         rule = partial(_union_rule, call)
         node = UnionNode((self._node, *(o.node for o in others)), call=call)

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -217,6 +217,13 @@ class Runtime:
         as many as keep each epoch at most about :data:`EPOCH_ITEMS` items."""
         if epochs is None:
             return self._cuts_by_size(raws)
+        many = isinstance(epochs, Iterable) and not isinstance(epochs, str | bytes)
+        if isinstance(epochs, bool) or not (isinstance(epochs, int) or many):
+            raise TypeError(
+                "run(epochs=...) takes how many epochs (a whole number, at least 1), the arrival "
+                "moments to cut at (a list of aware datetimes or ticks), or None (by size); got "
+                f"a {type(epochs).__name__} ({epochs!r}). Fix: e.g. run(epochs=4)"
+            )
         if not isinstance(epochs, int):
             return sorted({to_ticks(c, what="epoch cut") for c in epochs})
         if epochs < 1:

@@ -200,3 +200,42 @@ def test_a_payload_value_not_of_its_declared_type_stops_the_run_after_what_came_
     assert "is declared bigint; got 'thirty' (a str)" in message and "Fix: " in message
     assert "Traceback" not in message
     assert MemoryOutputFactory.collected("mistyped") == [cti(10), point(10, {"v": 10}), cti(20)]
+
+
+@pytest.mark.parametrize(
+    ("combine", "what"),
+    [
+        (lambda s: s.join("a", on="v"), "join"),
+        (lambda s: s.anti_join(None, on="v"), "anti_join"),
+        (lambda s: s.left_outer_join(3, on="v"), "left_outer_join"),
+        (lambda s: s.clip_event_duration("a", on="v"), "clip_event_duration"),
+        (lambda s: s.union(s, 5), "union"),
+    ],
+)
+def test_combining_with_something_that_is_not_a_stream_says_what_it_takes(combine, what):
+    stream = Stream.create(
+        "a", MemoryInputFactory(), MemoryInputConfig(script=_script()), EventShape.POINT
+    )
+    with pytest.raises(TypeError) as error:
+        combine(stream)
+    message = str(error.value)
+    assert (
+        message.startswith(f"{what}() takes other Streams; got a ")
+        and "Fix: pass a Stream" in message
+    )
+
+
+@pytest.mark.parametrize("epochs", [2.0, True, "3"])
+def test_run_epochs_of_another_type_is_refused_with_what_it_takes(app, epochs):
+    stream = Stream.create(
+        "a", MemoryInputFactory(), MemoryInputConfig(script=_script()), EventShape.POINT
+    )
+    name = f"epochs-{type(epochs).__name__}"
+    q = stream.to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
+    )
+    with pytest.raises(
+        TypeError, match=r"run\(epochs=\.\.\.\) takes how many epochs .*Fix: e\.g\."
+    ):
+        q.run(epochs=epochs)
+    assert MemoryOutputFactory.collected(name) == []
