@@ -267,3 +267,36 @@ def test_a_join_whose_prefixed_name_is_taken_is_refused_with_the_names(app):
     message = r"two columns named 'right_k' .*Fix: rename a column with select\(\)"
     with pytest.raises(QueryBuildError, match=message):
         spark_run(app, script, inputs, build, EventShape.INTERVAL, 1)
+
+
+@pytest.mark.parametrize(
+    ("left_key", "right_key", "schemas"),
+    [
+        (float("nan"), float("nan"), ("k double, x bigint", "k double, y bigint")),
+        (-0.0, 0.0, ("k double, x bigint", "k double, y bigint")),
+        # 2**53 + 1 as a double is 2**53: keys of two numeric types meet in the wider one
+        (2**53 + 1, float(2**53), ("k bigint, x bigint", "k double, y bigint")),
+    ],
+    ids=["nan", "signed-zero", "bigint-double"],
+)
+def test_keys_meet_as_spark_compares_them_in_the_engine_and_the_reference(
+    app, left_key, right_key, schemas
+):
+    # A point at 1 µs meets the interval [0, 3) on keys Spark takes as equal (docs/decisions.md,
+    # the join's keys): one pair at 1, in the engine and in the reference interpreter alike.
+    from tests.reference import Binding, Input, Join, run_reference
+
+    script = EventScript()
+    script.insert("a", point(1, {"k": left_key, "x": 1}))
+    script.insert("b", interval(0, 3, {"k": right_key, "y": 2}))
+    inputs = {
+        "a": In(EventShape.POINT, EVERY, schemas[0]),
+        "b": In(EventShape.INTERVAL, EVERY, schemas[1]),
+    }
+    out, _ = spark_run(app, script, inputs, lambda s: s["a"].join(s["b"], on="k"), EventShape.POINT)
+    bindings = [Binding("a", EVERY, ("k", "x")), Binding("b", EVERY, ("k", "y"))]
+    plan = Join(Input("a"), Input("b"), ("k",))
+    expected = run_reference(script, bindings, plan, EventShape.POINT).output
+    assert [repr(e) for e in out] == [repr(e) for e in expected]  # NaN is not == NaN
+    [pair] = [e for e in out if not e.is_cti]
+    assert (pair.start, pair.payload["x"], pair.payload["y"]) == (1, 1, 2)

@@ -8,6 +8,8 @@ from typing import Any
 from ctistream.engine.events import EdgeType, Event, EventKind, cti
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 
+from .keys import keys_equal
+
 __all__ = ["ClipEventDuration", "clip_rows"]
 
 
@@ -67,7 +69,7 @@ def clip_rows(node: ClipEventDuration, left: list, right: list, row: Any) -> lis
     out: list = []
 
     def matches(lp: dict, rp: dict) -> bool:
-        return all(lp[k] is not None and lp[k] == rp[k] for k in node.on)
+        return all(keys_equal(lp[k], rp[k]) for k in node.on)
 
     def take(x: _Clipped, r: int, rp: dict) -> None:
         if r > x.start and matches(x.payload, rp) and (x.clip is None or r < x.clip):

@@ -17,6 +17,7 @@ from ctistream.engine.events import Event, EventKind, cti
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 
 from .interpreter import _Member, _Row, _take
+from .keys import spark_key, spark_order
 
 __all__ = ["CountWindow", "SessionWindow", "count_window", "session_window"]
 
@@ -57,7 +58,7 @@ class SessionWindow:
 
 
 def _group_order(key: tuple) -> tuple:
-    return tuple((v is not None, v) for v in key)
+    return tuple(spark_order(v) for v in key)
 
 
 def _groups(members: list[_Member], keys: tuple[str, ...]) -> dict[tuple, list[_Member]]:
@@ -65,7 +66,7 @@ def _groups(members: list[_Member], keys: tuple[str, ...]) -> dict[tuple, list[_
     groups: dict[tuple, list[_Member]] = {}
     for m in sorted(members, key=lambda m: m.start):
         if m.end > m.start:
-            groups.setdefault(tuple(m.payload[k] for k in keys), []).append(m)
+            groups.setdefault(tuple(spark_key(m.payload[k]) for k in keys), []).append(m)
     return groups
 
 

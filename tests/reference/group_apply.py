@@ -30,6 +30,8 @@ from typing import Any
 
 from ctistream.engine.events import Event
 
+from .keys import spark_key, spark_order
+
 __all__ = ["GroupApply", "evaluate_group_apply"]
 
 _tokens = itertools.count()
@@ -59,9 +61,9 @@ def evaluate_group_apply(
     events: dict[tuple, list[Any]] = {}
     for row in rows:
         if not row.event.is_cti:
-            group = tuple(row.event.payload[k] for k in node.keys)
+            group = tuple(spark_key(row.event.payload[k]) for k in node.keys)
             events.setdefault(group, [])
-    order = sorted(events, key=lambda g: tuple((v is not None, v) for v in g))
+    order = sorted(events, key=lambda g: tuple(spark_order(v) for v in g))
     rows = [row for row in rows if row.key is None]  # keyed CTIs merged
     ctis = [row for row in rows if row.event.is_cti]
     outputs = []
@@ -71,7 +73,8 @@ def evaluate_group_apply(
             mine = [
                 row
                 for row in rows
-                if row.event.is_cti or tuple(row.event.payload[k] for k in node.keys) == group
+                if row.event.is_cti
+                or tuple(spark_key(row.event.payload[k]) for k in node.keys) == group
             ]
         name = f"__group{next(_tokens)}"
         out = evaluate(node.fn(leaf(name)), {**inputs, name: mine}, [])

@@ -127,6 +127,7 @@ from ctistream.engine.temporal import (
 from .clip import ClipEventDuration, clip_rows
 from .diagnostics import Diagnostics, diagnostic
 from .group_apply import GroupApply, evaluate_group_apply
+from .keys import keys_equal, spark_key, spark_order
 from .ordering import Decision, Ordering
 from .outer import LeftOuterJoin, left_outer_rows
 from .window_rows import Apply, TopK, evaluate_window_rows
@@ -1065,8 +1066,10 @@ def _snapshot(node: Snapshot, rows: list[_Row], results: _Results | None = None)
             groups: dict[tuple, list[_Member]] = {}
             for m in live:
                 if m.start <= p < m.end:
-                    groups.setdefault(tuple(m.payload[k] for k in node.keys), []).append(m)
-            for key in sorted(groups, key=lambda k: tuple((v is not None, v) for v in k)):
+                    groups.setdefault(tuple(spark_key(m.payload[k]) for k in node.keys), []).append(
+                        m
+                    )
+            for key in sorted(groups, key=lambda k: tuple(spark_order(v) for v in k)):
                 group = dict(zip(node.keys, key, strict=True))
                 for payload in (results or _aggregated(node.aggregates))(
                     group, groups[key], (p, q)
@@ -1188,7 +1191,7 @@ def _join(node: Join, left: list[_Row], right: list[_Row]) -> list[_Row]:
                 held[side].append(x)
                 for y in held[1 - side]:
                     if y.end <= y.start or any(
-                        x.payload[k] is None or x.payload[k] != y.payload[k] for k in node.on
+                        not keys_equal(x.payload[k], y.payload[k]) for k in node.on
                     ):
                         continue
                     if not (x.start < y.end and y.start < x.end):
@@ -1254,7 +1257,7 @@ def _anti_join(node: AntiJoin, left: list[_Row], right: list[_Row]) -> list[_Row
     out: list[_Row] = []
 
     def matches(x: _Held, y: _Held) -> bool:
-        return all(x.payload[k] is not None and x.payload[k] == y.payload[k] for k in node.on)
+        return all(keys_equal(x.payload[k], y.payload[k]) for k in node.on)
 
     def let_out(x: _Left, pos: Position) -> None:
         h, (c_l, c_r) = x.held, latest
@@ -1417,8 +1420,10 @@ def _window(node: Window, rows: list[_Row], results: _Results | None = None) -> 
             groups: dict[tuple, list[_Member]] = {}
             for m in members:
                 if m.start < we and m.end > ws and m.end > m.start:
-                    groups.setdefault(tuple(m.payload[k] for k in node.keys), []).append(m)
-            for key in sorted(groups, key=lambda k: tuple((v is not None, v) for v in k)):
+                    groups.setdefault(tuple(spark_key(m.payload[k]) for k in node.keys), []).append(
+                        m
+                    )
+            for key in sorted(groups, key=lambda k: tuple(spark_order(v) for v in k)):
                 group = dict(zip(node.keys, key, strict=True))
                 if only is not None and group[only[0]] != only[1]:
                     continue
@@ -1638,7 +1643,7 @@ class _RootEdge:
 
 
 def _sort_key(event: Event) -> tuple:
-    payload = tuple((v is not None, v) for v in event.payload.values())  # nulls first
+    payload = tuple(spark_order(v) for v in event.payload.values())
     return (event.start, 0 if event.edge is EdgeType.START else 1, event.end, payload)
 
 
