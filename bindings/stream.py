@@ -10,12 +10,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ctistream.engine._spark import parse_schema
+from ctistream.engine.columns import check_columns
 from ctistream.engine.contracts import InputAdapterFactory, OutputAdapterFactory
-from ctistream.engine.diagnostics import diagnostic_schema
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.events import EventShape
 from ctistream.engine.operators.group_apply import rewrite
-from ctistream.engine.operators.join import output_columns
 from ctistream.engine.operators.window import WindowOutput
 from ctistream.engine.operators.window_rows import (
     Apply,
@@ -48,7 +47,7 @@ from ctistream.engine.plan import (
 )
 from ctistream.engine.settings import AdvanceTimeSettings, EventOrderingSettings, Versions
 from ctistream.engine.temporal import duration_text, to_duration_ticks
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -273,58 +272,25 @@ def _call(name: str, *args: Any, **kwargs: Any) -> str:
     return f"{name}({', '.join(shown)})"
 
 
-def _payload_frame(spark: SparkSession, node: Node, memo: dict[int, DataFrame]) -> DataFrame:
-    """An empty DataFrame of ``node``'s payload: each operator's payload rule applied to its
-    inputs' (Spark analysis only, no job)."""
-    done = memo.get(id(node))
-    if done is not None:
-        return done
-    inputs = [_payload_frame(spark, child, memo) for child in node.children()]
-    frame: DataFrame
-    if isinstance(node, InputNode):
-        given = "its schema= in Stream.create" if node.template is None else "its Stream.input"
-        ddl, where = node.schema, f"input {node.name!r}, the schema in {given}"
-        if ddl is None and node.factory is not None:
-            adapter = node.factory.create(node.config, node.shape)
-            adapter.bound_as(node.name)
-            ddl = adapter.payload_schema()
-            where = (
-                f"input {node.name!r}, the payload schema its {type(adapter).__name__} "
-                "declares (its config's schema, or the adapter's own)"
-            )
-        if ddl is None:
-            raise QueryBuildError(
-                f"input {node.name!r}: its adapter declares no payload schema and the binding "
-                "gives none. Fix: pass schema= to Stream.create"
-            )
-        frame = spark.createDataFrame([], parse_schema(ddl, where))
-    elif isinstance(node, WhereNode):
-        frame = inputs[0].where(node.condition)
-    elif isinstance(node, SelectNode):
-        frame = inputs[0].select(*node.columns)
-    elif isinstance(node, JoinNode | LeftOuterJoinNode):
-        left, right = inputs
-        names = output_columns(left.columns, right.columns)[len(left.columns) :]
-        renamed = [F.col(f"`{c}`").alias(n) for c, n in zip(right.columns, names, strict=True)]
-        if isinstance(node, LeftOuterJoinNode):  # a fragment's right columns are null
-            frame = left.join(right.select(*renamed), F.lit(True), "left")
-        else:
-            frame = left.crossJoin(right.select(*renamed))
-    elif isinstance(node, WindowNode | SnapshotNode | CountWindowNode | SessionWindowNode):
-        aggregates = [col.alias(name) for name, col in node.aggregates]
-        frame = inputs[0].groupBy(*node.keys).agg(*aggregates)
-    elif isinstance(node, WindowRowsNode):  # windowed top_k, apply
-        frame = spark.createDataFrame([], node.op.schema_of(inputs[0].schema, node.keys))
-    elif isinstance(node, DiagnosticsNode):  # engine.diagnostics
-        frame = spark.createDataFrame([], diagnostic_schema(inputs[0].schema))
-    elif isinstance(node, UnionNode):  # by name, as engine.operators.basic.union
-        frame = inputs[0]
-        for other in inputs[1:]:
-            frame = frame.unionByName(other)
-    else:  # anti-join (the left side's payload), lifetime, merge
-        frame = inputs[0]
-    memo[id(node)] = frame
-    return frame
+def _input_schema(node: InputNode) -> StructType:
+    """An input's payload schema as :attr:`Stream.schema` gives it: its ``schema=`` (or a
+    template input's declaration), else what its adapter declares (the adapter made for it)."""
+    given = "its schema= in Stream.create" if node.template is None else "its Stream.input"
+    ddl, where = node.schema, f"input {node.name!r}, the schema in {given}"
+    if ddl is None and node.factory is not None:
+        adapter = node.factory.create(node.config, node.shape)
+        adapter.bound_as(node.name)
+        ddl = adapter.payload_schema()
+        where = (
+            f"input {node.name!r}, the payload schema its {type(adapter).__name__} "
+            "declares (its config's schema, or the adapter's own)"
+        )
+    if ddl is None:
+        raise QueryBuildError(
+            f"input {node.name!r}: its adapter declares no payload schema and the binding "
+            "gives none. Fix: pass schema= to Stream.create"
+        )
+    return parse_schema(ddl, where)
 
 
 if TYPE_CHECKING:
@@ -402,7 +368,8 @@ class Stream:
                 "Stream.schema needs a SparkSession to work out the payload's types; there is "
                 "none. Fix: create the Application (app = Application(...)) first"
             )
-        return _payload_frame(spark, self._node, {}).schema
+        inputs = {id(n): _input_schema(n) for n in walk(self._node) if isinstance(n, InputNode)}
+        return check_columns(spark, self._node, inputs)[id(self._node)]
 
     @property
     def substream_key(self) -> str | None:

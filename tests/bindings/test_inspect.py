@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from ctistream.adapters.memory import (
     EventScript,
     MemoryInputConfig,
@@ -13,6 +14,7 @@ from ctistream.adapters.memory import (
     MemoryOutputConfig,
     MemoryOutputFactory,
 )
+from ctistream.engine.errors import QueryBuildError
 from pyspark.sql import functions as F
 
 from ctistream import (
@@ -127,6 +129,17 @@ def test_schema_is_the_payload_each_operator_makes(spark):
     # The window: its group key, then the aggregates (count is a bigint, max of a double a
     # double); the select keeps two of them.
     assert top.schema.simpleString() == "struct<device:string,top:double>"
+
+
+def test_schema_names_a_misspelled_column_as_the_query_would(spark):
+    # the payload rules and their errors are the ones the query is checked with when made: the
+    # call, the column, the closest one; no Spark plan
+    joined, _ = _plan()
+    with pytest.raises(QueryBuildError) as error:
+        joined.where("limt > 1").schema  # noqa: B018
+    message = str(error.value)
+    assert "'limt'" in message and "'limit'" in message and "Fix:" in message
+    assert "LogicalRDD" not in message and "#" not in message
 
 
 def test_the_repr_of_a_stream_names_its_operator_inputs_and_key():
