@@ -48,13 +48,15 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SECONDS = [1, 2, 3, 4, 6, 7, 11, 12]
 
 
-def _query(app, bootstrap: str, topic: str, out: Path):
+def _query(app, bootstrap: str, topic: str, out: Path, size: int = 5, summed: bool = False):
+    """The query of the module text (a window of ``size`` s; ``summed``: n sums the ids)."""
     config = KafkaInputConfig(
         bootstrap_servers=bootstrap, topic=topic, schema="id int", time_field="ts"
     )
     every = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0), True))
     stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, every)
-    counts = stream.tumbling_window(timedelta(seconds=5)).group_by("id").aggregate(n=F.count("*"))
+    windows = stream.tumbling_window(timedelta(seconds=size)).group_by("id")
+    counts = windows.aggregate(n=F.sum("id") if summed else F.count("*"))
     return counts.to_query(
         app,
         f"damage-{uuid.uuid4().hex[:6]}",

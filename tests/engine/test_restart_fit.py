@@ -33,12 +33,11 @@ import re
 import shutil
 import uuid
 import warnings
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from ctistream.adapters.files import FileOutputConfig, FileOutputFactory
 from ctistream.adapters.kafka import (
     KafkaInputConfig,
     KafkaInputFactory,
@@ -52,28 +51,12 @@ from ctistream.engine.temporal import to_ticks
 from pyspark.sql import functions as F
 
 from tests.adapters.test_kafka import produce, read_back
+from tests.engine.test_checkpoint_damage import T0, _query
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SECONDS = [1, 6, 11, 16]
 EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0), True))
 #: (start s, end s, n) of the windows and the CTIs (s; None: +inf), in delivery order
 EXPECTED = [0, (0, 5, 1), 5, (5, 10, 1), 10, (10, 15, 1), 15, (15, 20, 1), None]
-
-
-def _query(app, bootstrap: str, topic: str, out: Path, size: int = 5, summed: bool = False):
-    config = KafkaInputConfig(
-        bootstrap_servers=bootstrap, topic=topic, schema="id int", time_field="ts"
-    )
-    stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, EVERY)
-    windows = stream.tumbling_window(timedelta(seconds=size)).group_by("id")
-    counts = windows.aggregate(n=F.sum("id") if summed else F.count("*"))
-    return counts.to_query(
-        app,
-        f"fit-{uuid.uuid4().hex[:6]}",
-        FileOutputFactory(),
-        FileOutputConfig(path=str(out)),
-        EventShape.INTERVAL,
-    )
 
 
 def _start(query, ckpt: Path) -> None:
