@@ -263,6 +263,7 @@ def _first_unfit(
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_type
 
+    offset = schema.get_field_index("__off")
     for i, row in enumerate(rows):
         for field, value in zip(list(schema)[header:], row[header:], strict=True):
             try:
@@ -273,7 +274,8 @@ def _first_unfit(
                 except Exception:  # a type PySpark does not map back: Arrow's name
                     declared = str(field.type)
                 return i, MalformedRecordError(
-                    f"partition {partition!r}, offset {row[5]}: payload column {field.name!r} "
+                    f"partition {partition!r}, offset {row[offset]}: payload column "
+                    f"{field.name!r} "
                     f"is declared {declared}; got {value!r} (a {type(value).__name__}). "
                     "Fix: give the event a value of the declared type, or declare the column "
                     "with the type its values have"
