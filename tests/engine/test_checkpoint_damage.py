@@ -66,6 +66,12 @@ def _query(app, bootstrap: str, topic: str, out: Path, size: int = 5, summed: bo
     )
 
 
+def produce_point(bootstrap: str, topic: str, seconds: float) -> None:
+    """The query's input: one point of id 0 at T0 + ``seconds`` (its broker timestamp T0)."""
+    ts = (T0 + timedelta(seconds=seconds)).isoformat()
+    produce(bootstrap, topic, [(0, {"ts": ts, "id": 0}, int(T0.timestamp() * 1000), None)])
+
+
 def _start(query, ckpt: Path) -> None:
     query.start(trigger=None, checkpoint=ckpt, checkpoint_every=3)
 
@@ -75,12 +81,11 @@ def crashed(app, kafka_broker, tmp_path_factory):
     """(bootstrap, topic, the copy taken after epoch 7, the undamaged run's output bytes)."""
     b = kafka_broker.bootstrap
     topic = kafka_broker.create_topic()
-    ms = int(T0.timestamp() * 1000)
     run = tmp_path_factory.mktemp("run")
     q = _query(app, b, topic, run / "out.jsonl")
     _start(q, run / "ck")
     for s in SECONDS:  # one point per epoch
-        produce(b, topic, [(0, {"ts": (T0 + timedelta(seconds=s)).isoformat(), "id": 0}, ms, None)])
+        produce_point(b, topic, s)
         q.step()
     copy = tmp_path_factory.mktemp("crashed") / "copy"
     shutil.copytree(run, copy)  # the query is killed here; the original goes on undamaged
@@ -175,8 +180,7 @@ def test_a_damaged_stop_entry_is_refused_not_taken_for_a_pause(app, kafka_broker
     # cannot tell, and the start names it and the fix before anything else.
     b = kafka_broker.bootstrap
     topic = kafka_broker.create_topic()
-    ms = int(T0.timestamp() * 1000)
-    produce(b, topic, [(0, {"ts": (T0 + timedelta(seconds=1)).isoformat(), "id": 0}, ms, None)])
+    produce_point(b, topic, 1)
     out, ckpt = tmp_path / "out.jsonl", tmp_path / "ck"
     q = _query(app, b, topic, out)
     _start(q, ckpt)

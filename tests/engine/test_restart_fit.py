@@ -50,8 +50,8 @@ from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.temporal import to_ticks
 from pyspark.sql import functions as F
 
-from tests.adapters.test_kafka import produce, read_back
-from tests.engine.test_checkpoint_damage import T0, _query
+from tests.adapters.test_kafka import read_back
+from tests.engine.test_checkpoint_damage import T0, _query, produce_point
 
 SECONDS = [1, 6, 11, 16]
 EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0), True))
@@ -83,13 +83,12 @@ def crashed(app, kafka_broker, tmp_path_factory):
     copies of its output file and progress record after each epoch)."""
     b = kafka_broker.bootstrap
     topic = kafka_broker.create_topic()
-    ms = int(T0.timestamp() * 1000)
     run = tmp_path_factory.mktemp("run")
     q = _query(app, b, topic, run / "out.jsonl")
     _start(q, run / "ck")
     backups = {}
     for epoch, s in enumerate(SECONDS):
-        produce(b, topic, [(0, {"ts": (T0 + timedelta(seconds=s)).isoformat(), "id": 0}, ms, None)])
+        produce_point(b, topic, s)
         q.step()
         backup = tmp_path_factory.mktemp(f"after-{epoch}")
         for name in ("out.jsonl", "out.jsonl.epoch"):
@@ -285,7 +284,6 @@ def test_an_output_without_ctis_restarts_from_the_newest_snapshot_without_a_word
     # nothing; the topic holds each window once.
     b = kafka_broker.bootstrap
     topic, sink = kafka_broker.create_topic(), kafka_broker.create_topic()
-    ms = int(T0.timestamp() * 1000)
 
     def query():
         config = KafkaInputConfig(
@@ -301,7 +299,7 @@ def test_an_output_without_ctis_restarts_from_the_newest_snapshot_without_a_word
     q = query()
     _start(q, tmp_path / "ck")
     for s in SECONDS:
-        produce(b, topic, [(0, {"ts": (T0 + timedelta(seconds=s)).isoformat(), "id": 0}, ms, None)])
+        produce_point(b, topic, s)
         q.step()
     # killed here: dropped without a stop
     with (
