@@ -164,6 +164,17 @@ def utc_labelled(data: Any) -> Any:
     return type(data).from_arrays(columns, schema=schema)
 
 
+def ansi_mode(spark: SparkSession) -> bool:
+    """Whether ``spark`` runs SQL in ANSI mode (Spark's default): an integer overflow fails
+    instead of wrapping around."""
+    return spark.conf.get("spark.sql.ansi.enabled", "true") == "true"
+
+
+def case_sensitive(spark: SparkSession) -> bool:
+    """Whether ``spark`` resolves column names case-sensitively (not by default)."""
+    return spark.conf.get("spark.sql.caseSensitive", "false") == "true"
+
+
 def parse_schema(ddl: str, where: str) -> StructType:
     """Parse a Spark DDL column list (needs an active session). ``where`` names it as the user
     gave it (``input 'd' (schema=)``) in the :class:`~engine.errors.QueryBuildError` raised when

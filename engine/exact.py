@@ -1,5 +1,5 @@
-"""Repeatable floating-point aggregates (semantics §4): ``sum``, ``avg`` / ``mean`` and the
-variance family over doubles, computed exactly and rounded once.
+"""Repeatable aggregates (semantics §4): ``sum``, ``avg`` / ``mean`` and the variance family over
+doubles, computed exactly and rounded once; ``sum`` over integers, added without overflow.
 
 The rule (docs/decisions.md, "Doubles"): the exact sum of the values is a rational number that
 does not depend on their order, so every way of cutting the values into epochs, partitions,
@@ -25,6 +25,14 @@ for (``[]``: no value; ``[nan]``, ``[inf]``, ``[-inf]``: the special cases). Par
 concatenation and are kept short by :func:`expansion`; :func:`rounded_sum` and
 :func:`rounded_mean` round once, where a window's result is released.
 
+A ``sum`` of integers (Spark's ``bigint``) overflows in ANSI mode as soon as a running total
+leaves bigint, so whether it fails depends on the order of the values: 2**62, 2**62, -2**62 fails
+added left to right and gives 2**62 added right to left. Its values are therefore added as
+``decimal(38,0)`` (:data:`INTEGER_SUM`: no overflow before about 10**19 values), and the total
+becomes bigint where the result is released (:func:`integer_total`): a total outside bigint fails
+there, for every order and cut, naming the aggregate. Without ANSI mode Spark's bigint sums wrap
+around, which does not depend on the order, and are left as they are.
+
 The functions here run on executors (pandas UDFs over ``array<double>`` columns, one call per
 result row or per partial row, never per event) and in the scan's Arrow code.
 """
@@ -41,11 +49,13 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "INTEGER_SUM",
     "MOMENTS",
     "SUMS",
     "compress_column",
     "compress_lists",
     "expansion",
+    "integer_total",
     "mean_column",
     "moment_column",
     "rounded_mean",
@@ -66,6 +76,9 @@ MOMENTS = {
     "stddev_samp": (1, True),
     "stddev_pop": (0, True),
 }
+
+#: the type integers are summed in (module docstring)
+INTEGER_SUM = "decimal(38,0)"
 
 _NAN = float("nan")
 _INF = float("inf")
@@ -250,6 +263,25 @@ def sum_column(parts: Any) -> Any:
 def mean_column(parts: Any, n: Any) -> Any:
     """Column: :func:`rounded_mean` of the expansion ``parts`` and the count ``n``."""
     return _udfs()["mean"](parts, n)
+
+
+def integer_total(total: Any, where: str) -> Any:
+    """Column: the exact sum of integers ``total`` (a :data:`INTEGER_SUM` Column) as bigint,
+    Spark's type for a sum of integers; a total outside bigint fails the epoch with an error
+    naming ``where`` (the aggregate, e.g. ``"tumbling_window('10 ticks').aggregate(s=...)"``)."""
+    from pyspark.sql import functions as F
+
+    inside = total.between(-(2**63), 2**63 - 1)
+    message = F.concat(
+        F.lit(f"{where}: a sum of integers is "),
+        total.cast("string"),
+        F.lit(
+            ", outside bigint (-2**63 to 2**63 - 1), Spark's type for a sum of integers. "
+            "Expected sums within bigint. Fix: sum the values as decimals, e.g. "
+            "F.sum(F.col(...).cast('decimal(38,0)')), or as doubles"
+        ),
+    )
+    return F.when(total.isNull() | inside, total.cast("bigint")).otherwise(F.raise_error(message))
 
 
 def moment_column(name: str, values: Any) -> Any:

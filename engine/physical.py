@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ctistream.engine._spark import ansi_mode, case_sensitive
 from ctistream.engine.binding import Binding, BoundInput
 from ctistream.engine.ingress import InputSpec, driver_compares
 from ctistream.engine.operators.window import PushedWindow, WindowSpec, push_window
@@ -273,15 +274,13 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
         for child in node.children():
             readers.setdefault(id(child), []).append(node)
     by_node = {id(b.node): b for b in binding.inputs}
-    conf = spark.conf
-    case_sensitive = conf.get("spark.sql.caseSensitive", "false") == "true"
-    ansi = conf.get("spark.sql.ansi.enabled", "true") == "true"
+    names_case, ansi = case_sensitive(spark), ansi_mode(spark)
 
     pushed: dict[int, PushedWindow] = {}  # by input index
     for node in walk(root):
         b = by_node.get(id(node.child)) if isinstance(node, WindowNode) else None
         if b is not None and not traced:
-            window = _pushed_window(node, b, readers, case_sensitive, ansi)
+            window = _pushed_window(node, b, readers, names_case, ansi)
             if window is not None:
                 pushed[b.spec.index] = window
     scans = tuple(
@@ -358,7 +357,7 @@ def _pushed_window(
     node: WindowNode,
     b: BoundInput,
     readers: dict[int, list[Node]],
-    case_sensitive: bool,
+    names_case: bool,
     ansi: bool,
 ) -> PushedWindow | None:
     """The window ``node`` that reads input ``b`` directly, pushed into ``b``'s scan, which
@@ -374,7 +373,7 @@ def _pushed_window(
     if len(readers.get(id(b.node), [])) > 1 or not b.spec.points or getattr(ordering, "over", None):
         return None
     spec = _window_spec(node)
-    return push_window(spec, b.schema, case_sensitive, ansi, f"input {b.spec.name!r}")
+    return push_window(spec, b.schema, names_case, ansi)
 
 
 def _packed(

@@ -110,10 +110,10 @@ class Streamer:
             raise QueryBuildError(
                 f"query {self.rt.name!r}: the checkpoint in {str(self.dir.path)!r} was written "
                 f"by another version of the engine (its state snapshot of epoch {epoch} records "
-                f"its plan as {written[:4]}...); this version records each operator with its "
-                "arguments and can tell only then whether the state fits. Fix: start the query "
-                "with a new checkpoint directory (and a new, empty output), or resume it with "
-                "the version that wrote the checkpoint"
+                f"its plan as {written[:4]}...); this version records the plan and keeps its "
+                f"state as {_SHAPE!r} says, so that state cannot be read here. Fix: start the "
+                "query with a new checkpoint directory (and a new, empty output), or resume it "
+                "with the version that wrote the checkpoint"
             )
         at = next(
             (i for i, (a, b) in enumerate(zip(shape, written, strict=False)) if a != b),
@@ -429,8 +429,9 @@ class Streamer:
             self.rt.output.close()
 
 
-#: the first entry of a checkpoint's shape (:meth:`Streamer._shape`): how this version records it
-_SHAPE = "shape 2: operators with their arguments, then inputs"
+#: the first entry of a checkpoint's shape (:meth:`Streamer._shape`): how this version records
+#: it and keeps its state (3: integer sums held as decimals, engine.exact)
+_SHAPE = "shape 3: operators with their arguments, then inputs"
 
 #: why a restart whose snapshot covers every logged epoch still reads the last entry
 _LAST = (

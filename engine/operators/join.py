@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+from ctistream.engine._spark import ansi_mode, case_sensitive
 from ctistream.engine.ctis import (
     first_at_or_above,
     first_at_or_above_rows,
@@ -701,11 +702,9 @@ def join(
     defer = intervals and key is None and any(points)
     pushed = None
     if window is not None and intervals and key is None:
-        conf = left.events.sparkSession.conf
-        case_sensitive = conf.get("spark.sql.caseSensitive", "false") == "true"
-        ansi = conf.get("spark.sql.ansi.enabled", "true") == "true"
+        spark = left.events.sparkSession
         payload = StructType(out_schema.fields[len(HEADER) :])
-        pushed = push_window(window, payload, case_sensitive, ansi, f"the join on {list(on)}")
+        pushed = push_window(window, payload, case_sensitive(spark), ansi_mode(spark))
     if pushed is not None:
         for f in pushed.fields.fields:
             out_schema.add(f)

@@ -48,13 +48,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ctistream.engine._model import Choice
+from ctistream.engine._spark import ansi_mode
 from ctistream.engine.ctis import first_at_or_above_rows, keyed_rises, risen, rising_rows
 from ctistream.engine.edges import fifo_ranked
 from ctistream.engine.errors import QueryBuildError
 from ctistream.engine.exact import (
+    INTEGER_SUM,
     MOMENTS,
     compress_column,
     compress_lists,
+    integer_total,
     mean_column,
     moment_column,
     sum_column,
@@ -311,7 +314,7 @@ class WindowState:
     #: substreams: per key (``__kk``) the largest keyed input CTI (``__c``)
     key_last: DataFrame | None = None
     #: the aggregates computed exactly (:func:`exact_aggregates`; decided at the first epoch)
-    exact: list[int] | None = None
+    exact: Exact | None = None
     #: with :attr:`WindowSpec.latest_by`: per group (those keys) its latest time (``__latest``),
     #: for the groups whose latest time is after the last CTI
     group_latest: DataFrame | None = None
@@ -356,7 +359,7 @@ def window_aggregate(
     # the same Columns every epoch: built once per query (engine.reuse)
     merges = None
     if spec.per_window is None:
-        merges = once(spec, tuple(exact), lambda: merges_of(spec.aggregates, exact))
+        merges = once(spec, exact, lambda: merges_of(spec.aggregates, exact))
     merging = state.partial
     if merging is None:  # decided once, at the operator's first epoch
         merging = keyed is None and merges is not None and not sums_decimals(new, merges[1])
@@ -590,28 +593,32 @@ _SAME = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
 
 def merges_of(
-    aggregates: tuple[tuple[str, Column], ...], exact: list[int] | None = None
+    aggregates: tuple[tuple[str, Column], ...], exact: Exact | None = None
 ) -> tuple[list[_Merge], list[Column]] | None:
     """``aggregates`` as partial aggregates that merge, and the arguments of their sums
     and averages; None if one of them does not merge: only ``count``, ``sum``, ``min``, ``max``,
     ``avg`` / ``mean`` of one argument, without DISTINCT, as plain (classic PySpark) Columns.
-    The sums of the aggregates listed in ``exact`` are expansions (engine.exact, semantics §4):
-    they merge by concatenation and round once in the result."""
-    exact = exact or []
+    The sums of doubles that ``exact`` lists are expansions (engine.exact, semantics §4): they
+    merge by concatenation and round once in the result; its sums of integers are decimals."""
+    exact = exact or Exact()
     out: list[_Merge] = []
     summed: list[Column] = []
-    for i, (_, col) in enumerate(aggregates):
+    for i, (name, col) in enumerate(aggregates):
         call = _call(col)
         if call is None:
             return None
         fn, arg = call
         p = f"__a{i}"
-        if fn == "sum" and i in exact:
+        if fn == "sum" and i in exact.integers:
+            partial = ((p, F.sum(arg.cast(INTEGER_SUM))),)
+            out.append(_Merge(partial, (f"sum({p})",), integer_total(F.col(p), exact.at(name))))
+            summed.append(arg)
+        elif fn == "sum" and i in exact.doubles:
             values = F.collect_list(arg.cast("double"))
             final = sum_column(F.col(p))
             out.append(_Merge(((p, values),), (f"flatten(collect_list({p}))",), final, (p,)))
             summed.append(arg)
-        elif fn in ("avg", "mean") and i in exact:
+        elif fn in ("avg", "mean") and i in exact.doubles:
             s, n = f"{p}s", f"{p}n"
             partial = ((s, F.collect_list(arg.cast("double"))), (n, F.count(arg)))
             merge = (f"flatten(collect_list({s}))", f"sum({n})")
@@ -659,27 +666,52 @@ def _where(spec: WindowSpec) -> str:
     return f"hopping_window({size!r}, {hop!r})"
 
 
+@dataclass(frozen=True)
+class Exact:
+    """Which aggregates of an operator are computed exactly (engine.exact, semantics §4), by
+    position: made by :func:`exact_aggregates`."""
+
+    #: ``sum`` of doubles, ``avg`` / ``mean`` of numbers other than decimals, the variance family
+    doubles: tuple[int, ...] = ()
+    #: ``sum`` of integers (in ANSI mode)
+    integers: tuple[int, ...] = ()
+    #: the operator's call, for errors (e.g. "tumbling_window('10 ticks')")
+    where: str = ""
+
+    def __post_init__(self) -> None:  # restored from a checkpoint, the positions are lists
+        object.__setattr__(self, "doubles", tuple(self.doubles))
+        object.__setattr__(self, "integers", tuple(self.integers))
+
+    def at(self, name: str) -> str:
+        """Where the aggregate ``name`` is, for errors."""
+        return f"{self.where}.aggregate({name}=...)"
+
+
 def exact_aggregates(
     aggregates: tuple[tuple[str, Column], ...], frame: DataFrame, where: str
-) -> list[int]:
-    """The positions of ``aggregates`` computed exactly over doubles (engine.exact, semantics §4):
-    ``sum`` of doubles or floats, ``avg`` / ``mean`` of numbers other than decimals and the
-    variance family (``var_samp``, ``stddev``, ...) of numbers, each an aggregate Column of its
-    own over ``frame``'s columns. An aggregate over doubles whose result would depend on the
-    order of the values and that is not one of these (inside an expression, DISTINCT,
-    ``skewness``, ``corr``, ...) raises :class:`QueryBuildError`, before any result."""
+) -> Exact:
+    """Which of ``aggregates`` are computed exactly (engine.exact, semantics §4), each an
+    aggregate Column of its own over ``frame``'s columns: ``sum`` of doubles or floats, ``avg`` /
+    ``mean`` of numbers other than decimals and the variance family (``var_samp``, ``stddev``,
+    ...) of numbers; and in ANSI mode ``sum`` of integers. An aggregate over doubles whose result
+    would depend on the order of the values and that is not one of these (inside an expression,
+    DISTINCT, ``skewness``, ``corr``, ...) raises :class:`QueryBuildError`, before any result."""
     calls = [(i, name, _calls(col)) for i, (name, col) in enumerate(aggregates)]
     args = [a for _, _, found in calls for _, found_args, _, _ in found for a in found_args]
     if not args:
-        return []
+        return Exact(where=where)
     try:
         types = [f.dataType for f in frame.select(*args).schema.fields]
     except Exception:  # unresolvable here: the aggregate itself will say why
-        return []
-    exact: list[int] = []
+        return Exact(where=where)
+    doubles: list[int] = []
+    integers: list[int] = []
     for i, name, found in calls:
         for fn, fn_args, distinct, whole in found:
             arg_types, types = types[: len(fn_args)], types[len(fn_args) :]
+            if fn == "sum" and whole and not distinct and isinstance(arg_types[0], IntegralType):
+                integers.append(i)
+                continue
             if fn in ("sum", "try_sum"):
                 floating = any(isinstance(t, FloatType | DoubleType) for t in arg_types)
             elif fn in ("avg", "mean", "try_avg"):
@@ -691,7 +723,7 @@ def exact_aggregates(
             if not floating:
                 continue
             if whole and not distinct and fn in ("sum", "avg", "mean", *MOMENTS):
-                exact.append(i)
+                doubles.append(i)
                 continue
             how = "DISTINCT " if distinct else ""
             inside = "" if whole else ", inside an expression,"
@@ -707,18 +739,22 @@ def exact_aggregates(
                 "afterwards, or cast the values to a decimal, or use a pandas UDAF whose result "
                 "does not depend on the order of its values (e.g. math.fsum)"
             )
-    return exact
+    if integers and not ansi_mode(frame.sparkSession):
+        integers = []  # Spark's sums wrap around: the same for every order (engine.exact)
+    return Exact(tuple(doubles), tuple(integers), where)
 
 
 def repeatable(
-    aggregates: tuple[tuple[str, Column], ...], exact: list[int]
+    aggregates: tuple[tuple[str, Column], ...], exact: Exact
 ) -> list[tuple[str, Column]]:
-    """``aggregates`` with those at the positions ``exact`` (:func:`exact_aggregates`) computed
-    exactly over all values of a group at once (engine.exact)."""
+    """``aggregates`` with those ``exact`` lists (:func:`exact_aggregates`) computed exactly over
+    all values of a group at once (engine.exact)."""
     out = []
     for i, (name, col) in enumerate(aggregates):
-        call = _call(col) if i in exact else None
-        if call is not None:
+        call = _call(col) if i in exact.doubles or i in exact.integers else None
+        if call is not None and i in exact.integers:
+            col = integer_total(F.sum(call[1].cast(INTEGER_SUM)), exact.at(name))
+        elif call is not None:
             fn, arg = call
             values = F.collect_list(arg.cast("double"))
             if fn == "sum":
@@ -908,20 +944,18 @@ class PushedWindow:
     hop: int
     #: the grouping keys, as the input's payload columns
     keys: tuple[str, ...]
-    #: per partial column: (name, Arrow aggregation, argument payload column or None, whether
-    #: the argument is summed as double, whether it is an integer sum checked for overflow)
-    columns: tuple[tuple[str, str, str | None, bool, bool], ...]
+    #: per partial column: (name, Arrow aggregation, argument payload column or None, the type
+    #: the argument is cast to first: "double", :data:`engine.exact.INTEGER_SUM` or None)
+    columns: tuple[tuple[str, str, str | None, str | None], ...]
     #: the partial rows' columns after the keys (``__ws``, partial columns) as Spark types
     fields: StructType
-    #: what the window reads, for errors (e.g. "input 'data'")
-    input: str = ""
 
 
 def push_window(
-    spec: WindowSpec, payload: StructType, case_sensitive: bool, ansi: bool, source: str = ""
+    spec: WindowSpec, payload: StructType, case_sensitive: bool, ansi: bool
 ) -> PushedWindow | None:
     """``spec`` as a :class:`PushedWindow` over an input with ``payload`` columns, its integer
-    sums checked for overflow as Spark checks them in ANSI mode (``ansi``), or None where
+    sums added as decimals in ANSI mode (``ansi``; engine.exact), or None where
     its partial aggregates need Spark: an aggregate that does not merge (see :func:`merges_of`)
     or whose argument is not one payload column (``count(*)`` excepted), a sum over decimals,
     ``min``/``max`` of floating point (Spark orders NaN above every number, Arrow skips it),
@@ -942,7 +976,7 @@ def push_window(
         k is None or not isinstance(types[k], _KEY_TYPES) or not _bytewise(types[k]) for k in keys
     ):
         return None
-    columns: list[tuple[str, str, str | None, bool, bool]] = []
+    columns: list[tuple[str, str, str | None, str | None]] = []
     fields = StructType([StructField(_WS, LongType())])
     for i, (_, col) in enumerate(spec.aggregates):
         call = _call(col)
@@ -956,7 +990,7 @@ def push_window(
         p = f"__a{i}"
         if fn == "count" and name is None:
             if kind == "UnresolvedStar" or (kind == "Literal" and node.value() is not None):
-                columns.append((p, "count_all", None, False, False))
+                columns.append((p, "count_all", None, None))
                 fields.add(p, LongType())
                 continue
             return None
@@ -965,33 +999,23 @@ def push_window(
         typ = types[name]
         numeric = isinstance(typ, NumericType) and not isinstance(typ, DecimalType)
         if fn == "count":
-            columns.append((p, "count", name, False, False))
+            columns.append((p, "count", name, None))
             fields.add(p, LongType())
-        elif fn == "sum" and isinstance(typ, IntegralType):
-            columns.append((p, "sum", name, False, ansi))
-            fields.add(p, LongType())
+        elif fn == "sum" and isinstance(typ, IntegralType):  # as merges_of sums them
+            columns.append((p, "sum", name, INTEGER_SUM if ansi else None))
+            fields.add(p, DecimalType(38, 0) if ansi else LongType())
         elif fn == "sum" and numeric:  # over doubles: exact (engine.exact)
-            columns.append((p, "exact", name, True, False))
+            columns.append((p, "exact", name, "double"))
             fields.add(p, ArrayType(DoubleType()))
         elif fn in ("min", "max") and isinstance(typ, _MIN_MAX_TYPES) and _bytewise(typ):
-            columns.append((p, fn, name, False, False))
+            columns.append((p, fn, name, None))
             fields.add(p, typ)
         elif fn in ("avg", "mean") and numeric:
-            columns += [
-                (f"{p}s", "exact", name, True, False),
-                (f"{p}n", "count", name, False, False),
-            ]
+            columns += [(f"{p}s", "exact", name, "double"), (f"{p}n", "count", name, None)]
             fields.add(f"{p}s", ArrayType(DoubleType())).add(f"{p}n", LongType())
         else:
             return None
-    return PushedWindow(
-        spec.size,
-        spec.hop,
-        tuple(keys),  # type: ignore[arg-type]
-        tuple(columns),
-        fields,
-        source,
-    )
+    return PushedWindow(spec.size, spec.hop, tuple(keys), tuple(columns), fields)  # type: ignore[arg-type]
 
 
 def _bytewise(typ: Any) -> bool:
@@ -1005,8 +1029,7 @@ def _bytewise(typ: Any) -> bool:
 
 def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> Any:
     """Executor side of :class:`PushedWindow`: the partial aggregates (``__ws``, keys, partial
-    columns, and for each checked integer sum its exact sum ``<name>__f``, a 38-digit decimal:
-    Arrow's int64 sums wrap) of the events of ``batch``
+    columns) of the events of ``batch``
     (a ``pyarrow.RecordBatch`` with the keys and arguments) with lifetimes ``[start, end)``
     (numpy int64), each counted in every window it overlaps, as :func:`window_aggregate` counts
     an event whose end is known."""
@@ -1036,21 +1059,19 @@ def pushed_partials(pushed: PushedWindow, start: Any, end: Any, batch: Any) -> A
         data[k] = column(k)
     # every aggregation reads a column of its own: Arrow names its output "<column>_<function>"
     aggregations: list[tuple] = []
-    for p, fn, arg, as_double, whole in pushed.columns:
+    for p, fn, arg, cast in pushed.columns:
         source = column(arg) if arg is not None else data[_WS]
-        # as Spark's CAST(long AS DOUBLE): rounded, not refused (Arrow's safe cast refuses
-        # integers beyond 2**53)
-        data[f"{p}__in"] = source.cast(pa.float64(), safe=False) if as_double else source
+        if cast == "double":  # as Spark's CAST(long AS DOUBLE): rounded, not refused (Arrow's
+            source = source.cast(pa.float64(), safe=False)  # safe cast refuses beyond 2**53)
+        elif cast is not None:  # integers summed without overflow (engine.exact)
+            source = source.cast(pa.decimal128(38, 0))
+        data[f"{p}__in"] = source
         if fn == "count_all":
             aggregations.append((f"{p}__in", "count", pc.CountOptions(mode="all")))
         else:
             aggregations.append((f"{p}__in", _BATCH.get(fn, fn)))
-        if whole:
-            data[f"{p}__fin"] = source.cast(pa.decimal128(38, 0))
-            aggregations.append((f"{p}__fin", "sum"))
     out = pa.table(data).group_by([_WS, *pushed.keys], use_threads=False).aggregate(aggregations)
     names = {f"{p}__in_{_BATCH.get(fn, fn)}": p for p, fn, *_ in pushed.columns}
-    names.update({f"{p}__fin_sum": f"{p}__f" for p, *_, whole in pushed.columns if whole})
     return _compressed(pushed, out.rename_columns([names.get(n, n) for n in out.column_names]))
 
 
@@ -1065,37 +1086,16 @@ def _compressed(pushed: PushedWindow, table: Any) -> Any:
 
 def merge_pushed(pushed: PushedWindow, tables: list[Any], arrow_schema: Any) -> Any:
     """One partition's partial aggregates of several batches (:func:`pushed_partials`) merged
-    into one row per window and group, as ``arrow_schema`` (``__ws``, keys, partial columns).
-    A checked integer sum that leaves bigint raises, as Spark's sum does in ANSI mode."""
+    into one row per window and group, as ``arrow_schema`` (``__ws``, keys, partial columns)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     if len(tables) > 1:
         aggregations = [(p, _ARROW[fn]) for p, fn, *_ in pushed.columns]
-        shadows = [f"{p}__f" for p, *_, whole in pushed.columns if whole]
-        aggregations += [(f, "sum") for f in shadows]
         table = table.group_by([_WS, *pushed.keys], use_threads=False).aggregate(aggregations)
         names = {f"{p}_{_ARROW[fn]}": p for p, fn, *_ in pushed.columns}
-        names.update({f"{f}_sum": f for f in shadows})
         table = _compressed(
             pushed, table.rename_columns([names.get(n, n) for n in table.column_names])
-        )
-    for p, _, arg, _, whole in pushed.columns:
-        if not whole or table.num_rows == 0:
-            continue
-        exact = pc.min_max(table.column(f"{p}__f")).as_py()
-        if exact["max"] is None or -(2**63) <= exact["min"] <= exact["max"] < 2**63:
-            continue
-        wide = exact["max"] if exact["max"] >= 2**63 else exact["min"]
-        row = table.column(f"{p}__f").to_pylist().index(wide)
-        group = {k: table.column(k)[row].as_py() for k in pushed.keys}
-        ws = table.column(_WS)[row].as_py()
-        raise ArithmeticError(
-            f"window over {pushed.input}: the sum of integer column {arg!r} in the "
-            f"window starting at {ws} ticks, group {group}, is {wide}, outside bigint (Spark's "
-            "sum raises ARITHMETIC_OVERFLOW there in ANSI mode); expected sums within +-2**63. "
-            f"Fix: aggregate F.sum(F.col({arg!r}).cast('decimal(38,0)')) or a sum over doubles"
         )
     return pa.Table.from_arrays(
         [table.column(f.name).cast(f.type) for f in arrow_schema], schema=arrow_schema

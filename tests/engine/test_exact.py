@@ -17,6 +17,7 @@ from ctistream.engine import (
     EventKind,
     EventShape,
     QueryBuildError,
+    QueryRunError,
     edge_end,
     edge_start,
     interval,
@@ -128,6 +129,102 @@ def test_a_sum_that_cancels_is_exact_and_an_average_does_not_overflow(app, aggre
     }
     got = [e.payload for e in out if e.kind is EventKind.INSERT]
     assert got == [{"k": k, **{n: by_hand[k][n] for n in HAND[aggregates]()}} for k in (0, 1)]
+
+
+BIG = 2**62 + 1
+INTEGER_SUMS = {  # how each operator adds a window's values, and the shape of its input
+    # partial aggregates made by the input's scan, merged in Spark
+    "scan": (EventShape.POINT, lambda a: a.tumbling_window(TICK * 10)),
+    # partial aggregates made and merged in Spark (intervals are not aggregated in the scan)
+    "partials": (EventShape.INTERVAL, lambda a: a.tumbling_window(TICK * 10)),
+    # all of a window's values at once (collect_list does not merge)
+    "events": (EventShape.INTERVAL, lambda a: a.tumbling_window(TICK * 10)),
+    "count window": (EventShape.INTERVAL, lambda a: a.count_window(3)),
+    "session": (EventShape.INTERVAL, lambda a: a.session_window(TICK * 5)),
+}
+
+
+@pytest.mark.parametrize("operator", sorted(INTEGER_SUMS))
+@pytest.mark.parametrize("epochs", [1, [2]])
+def test_an_integer_sum_is_the_same_for_every_cut_when_its_total_fits(app, operator, epochs):
+    # Key 0 holds 2**62 + 1, 2**62 + 1, -2**62 (arrivals 1, 2, 3; points or [t, t + 2)). The
+    # total is 2**62 + 2, within bigint (at most 2**63 - 1), so sum = 2**62 + 2: one tumbling
+    # window [0, 10), one count window of the 3 start times, one session [1, 10) (each event
+    # within 5 ticks of the one before). Added in arrival order, the first two make 2**63 + 2,
+    # beyond bigint: in 1 epoch Spark's own sum fails there (ANSI mode); cut before arrival 2,
+    # the last two are added first (2**62 + 1 - 2**62 = 1) and nothing overflows. Summed as
+    # decimals (engine.exact), both cuts give the total.
+    shape, window = INTEGER_SUMS[operator]
+    script = EventScript()
+    for t, v in ((1, BIG), (2, BIG), (3, -(2**62))):
+        payload = {"k": 0, "v": v}
+        event = point(t, payload) if shape is EventShape.POINT else interval(t, t + 2, payload)
+        script.insert("a", event)
+    script.cti("a", 20)
+    inputs = {"a": In(shape, EVERY, "k bigint, v bigint")}
+    aggregates = {"s": F.sum("v")}
+    if operator == "events":
+        aggregates["n"] = F.collect_list("v")
+
+    def build(s):
+        return window(s["a"]).group_by("k").aggregate(**aggregates)
+
+    out, _ = spark_run(app, script, inputs, build, EventShape.INTERVAL, epochs)
+    assert [e.payload["s"] for e in out if e.kind is EventKind.INSERT] == [2**62 + 2]
+
+
+@pytest.mark.parametrize("epochs", [1, [2]])
+def test_an_integer_sum_whose_total_leaves_bigint_fails_for_every_cut(app, epochs):
+    # Snapshots of [1, 3), [2, 4), [3, 5): [2, 3) holds the two values 2**62 + 1, whose sum
+    # 2**63 + 2 is beyond bigint: the result fails for every cut, naming the aggregate
+    script = EventScript()
+    for t, v in ((1, BIG), (2, BIG), (3, -(2**62))):
+        script.insert("a", interval(t, t + 2, {"k": 0, "v": v}))
+    script.cti("a", 20)
+    inputs = {"a": In(EventShape.INTERVAL, EVERY, "k bigint, v bigint")}
+
+    def build(s):
+        return s["a"].snapshot_window().group_by("k").aggregate(s=F.sum("v"))
+
+    with pytest.raises(QueryRunError) as got:
+        spark_run(app, script, inputs, build, EventShape.INTERVAL, epochs)
+    message = str(got.value)
+    assert f"snapshot_window().aggregate(s=...): a sum of integers is {2**63 + 2}" in message
+    assert "outside bigint" in message and "Fix: sum the values as decimals" in message
+
+
+@pytest.mark.parametrize("operator", ["scan", "events"])
+def test_without_ansi_mode_an_integer_sum_wraps_around_as_sparks_own(app, spark, operator):
+    # Without ANSI mode Spark's bigint sum wraps around: (2**62 + 1) * 2 = 2**63 + 2 is
+    # -2**63 + 2. That does not depend on the order, so it is left as Spark has it.
+    shape, window = INTEGER_SUMS[operator]
+    script = EventScript()
+    for t in (1, 2):
+        payload = {"k": 0, "v": BIG}
+        script.insert(
+            "a", point(t, payload) if shape is EventShape.POINT else interval(t, t + 2, payload)
+        )
+    script.cti("a", 20)
+    inputs = {"a": In(shape, EVERY, "k bigint, v bigint")}
+    aggregates = {"s": F.sum("v")}
+    if operator == "events":
+        aggregates["n"] = F.collect_list("v")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        native = spark.createDataFrame([(BIG,), (BIG,)], "v bigint").agg(F.sum("v")).first()[0]
+        assert native == -(2**63) + 2
+        for epochs in (1, [2]):
+            out, _ = spark_run(
+                app,
+                script,
+                inputs,
+                lambda s: window(s["a"]).group_by("k").aggregate(**aggregates),
+                EventShape.INTERVAL,
+                epochs,
+            )
+            assert [e.payload["s"] for e in out if e.kind is EventKind.INSERT] == [native]
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", "true")
 
 
 def test_an_expansion_keeps_the_exact_sum_of_values_and_of_expansions_merged():
