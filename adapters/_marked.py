@@ -72,6 +72,12 @@ class MarkedOutputAdapter(OutputAdapter):
         """Only when CTIs are written: a mark moves with a record."""
         return bool(self._config.include_ctis)
 
+    @property
+    def own_fields(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The record's time, end and edge fields, as configured."""
+        cfg = self._config
+        return (cfg.time_field, cfg.end_field, cfg.edge_field)
+
     def progress(self) -> int | None:
         """The number after the item of the partition's last marked record, or None (reads the
         tail once)."""

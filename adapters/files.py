@@ -1075,6 +1075,9 @@ class FileOutputAdapter(OutputAdapter):
     new query skip the items it records.
     """
 
+    #: each row's own columns, before the payload's (:meth:`_row`)
+    own_fields = ("kind", "start", "end", "edge")
+
     def __init__(self, config: FileOutputConfig, shape: EventShape) -> None:
         self._path = config.path
         self._format = config.format

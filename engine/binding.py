@@ -56,7 +56,8 @@ def bind(spark: SparkSession, name: str, root: Node, output: OutputAdapter) -> B
     inputs = _bind_inputs(name, root)
     order = _import_order(name, inputs)
     # every column the operators name, resolved now: a mistake fails here, not in an epoch
-    check_columns(spark, root, {id(b.node): b.schema for b in inputs})
+    payload = check_columns(spark, root, {id(b.node): b.schema for b in inputs})[id(root)]
+    _check_output_names(name, output, payload.fieldNames())
     return Binding(inputs, order)
 
 
@@ -217,6 +218,22 @@ def check_output(name: str, output: OutputAdapter) -> None:
             "parameter 'first'; an adapter that records progress records first + len(items) "
             "and returns it from progress()"
         ) from None
+
+
+def _check_output_names(name: str, output: OutputAdapter, payload: list[str]) -> None:
+    """Refuse a payload column named as one of the fields the output writes beside the payload
+    (:attr:`OutputAdapter.own_fields`): its value and the output's would be one field."""
+    own = list(output.own_fields)
+    clash = next((c for c in payload if c in own), None)
+    if clash is None:
+        return
+    raise QueryBuildError(
+        f"query {name!r}: its payload column {clash!r} has the name of a field "
+        f"{type(output).__name__} writes beside each event's payload ({own}); expected payload "
+        f"columns named otherwise (the payload: {payload}). Fix: rename it at the end of the "
+        f"query, e.g. .select(..., F.col({clash!r}).alias({clash + '_value'!r})), or configure "
+        "the output's own fields with other names where it allows"
+    )
 
 
 def check_read_batches(name: str, adapter: InputAdapter) -> None:

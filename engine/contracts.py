@@ -329,6 +329,11 @@ class OutputAdapter(ABC):
     #: that is below what was released (trailing CTIs), and it lacks nothing.
     counts_every_item: bool = True
 
+    #: The names this output writes beside each event's payload (its time, end, edge and kind
+    #: fields): a query whose payload has a column of one of these names is refused when it is
+    #: built, before anything runs.
+    own_fields: tuple[str, ...] = ()
+
     def progress(self) -> int | None:
         """How many of the query's output items this output durably holds (driver): the count
         after the last item it wrote, CTIs counted whether it writes them or not (see

@@ -260,6 +260,44 @@ def test_a_column_name_with_a_dot_fails_when_built_naming_the_input_or_the_call(
         _query(app, _input().select("id", F.col("v").alias("v.2")))
 
 
+def test_a_payload_column_named_as_an_outputs_own_field_fails_when_built(app, tmp_path):
+    # A file output writes kind, start, end and edge beside the payload; a Kafka output its
+    # time, end and edge fields as configured. A payload column of one of those names would be
+    # the same field as the output's: refused when the query is built, not at the first epoch's
+    # delivery, and nothing is written.
+    from ctistream.adapters.files import FileOutputConfig, FileOutputFactory
+    from ctistream.adapters.kafka import KafkaOutputConfig, KafkaOutputFactory
+
+    path = tmp_path / "out.jsonl"
+    named_end = _input().select("id", F.col("v").alias("end"))
+    with pytest.raises(QueryBuildError) as got:
+        named_end.to_query(
+            app,
+            "own-fields",
+            FileOutputFactory(),
+            FileOutputConfig(path=str(path)),
+            EventShape.POINT,
+        )
+    message = str(got.value)
+    assert "query 'own-fields': its payload column 'end'" in message
+    assert (
+        "FileOutputAdapter writes beside each event's payload (['kind', 'start', 'end', 'edge'])"
+        in message
+    )
+    assert "Fix: rename it" in message and "alias('end_value')" in message
+    assert "own-fields" not in app.queries and path.read_bytes() == b""
+
+    kafka = KafkaOutputConfig(bootstrap_servers="127.0.0.1:9", topic="t", time_field="v")
+    with pytest.raises(
+        QueryBuildError, match=r"payload column 'v' has the name of a field.*\['v', 'end', 'edge'\]"
+    ):
+        _input().to_query(app, "own-fields-k", KafkaOutputFactory(), kafka, EventShape.POINT)
+    # the same payload with the output's fields named otherwise is accepted
+    fine = KafkaOutputConfig(bootstrap_servers="127.0.0.1:9", topic="t", time_field="t")
+    _input().to_query(app, "own-fields-k", KafkaOutputFactory(), fine, EventShape.POINT)
+    app.queries.pop("own-fields-k")
+
+
 @pytest.mark.parametrize("start_fn", [lambda s: s / 2, lambda s: s.cast("string")])
 def test_a_start_fn_that_does_not_return_ticks_fails_when_built(app, start_fn):
     # s / 2 is a double: an event at tick 1 would start at 0.5
