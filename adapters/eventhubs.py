@@ -639,6 +639,9 @@ class EventHubInputAdapter(InputAdapter):
         self._columns: list[_Column] | None = None
 
     # -- driver -------------------------------------------------------------------------------
+    def source(self) -> str:
+        return f"event hub {self._config.hub!r}"
+
     def partitions(self) -> Sequence[str]:
         """The hub's partition ids; snapshots each one's last enqueued sequence number (-1 when
         empty), where every :meth:`read` stops. Raises :class:`EventHubNotFoundError` for a

@@ -649,9 +649,16 @@ class KafkaInputAdapter(InputAdapter):
         self._config = config
         self._shape = shape
         self._ends: dict[str, int] | None = None
+        #: the topic's id (KIP-516), when the broker tells it: a topic made again has a new one
+        self._topic_id: str | None = None
         self._columns: list[_Column] | None = None
 
     # -- driver -------------------------------------------------------------------------------
+    def source(self) -> str:
+        """The topic, with its id when the broker tells it (after :meth:`partitions`)."""
+        topic = f"Kafka topic {self._config.topic!r}"
+        return topic if self._topic_id is None else f"{topic} (topic id {self._topic_id})"
+
     def partitions(self) -> Sequence[str]:
         """The topic's partitions, ``"0"``, ``"1"``, ...; snapshots their end offsets, where
         every :meth:`read` stops. Raises :class:`KafkaTopicNotFoundError` for a missing topic and
@@ -661,7 +668,7 @@ class KafkaInputAdapter(InputAdapter):
         # read_committed ends at the last stable offset, which only ListOffsets reports.
         confirm = cfg.isolation_level == "read_uncommitted"
 
-        def snapshot() -> dict[str, int]:
+        def snapshot() -> tuple[dict[str, int], str | None]:
             from kafka import TopicPartition
 
             consumer = _consumer(cfg, isolation_level=cfg.isolation_level)
@@ -670,15 +677,26 @@ class KafkaInputAdapter(InputAdapter):
                     TopicPartition(cfg.topic, p) for p in _partitions_of(consumer, cfg, cfg.topic)
                 ]
                 ends = _end_offsets(consumer, tps, cfg.request_timeout, confirm=confirm)
-                return {str(tp.partition): ends[tp] for tp in tps}
+                # the metadata the partitions came with (kafka-python has no public accessor)
+                cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
+                found = cluster.topic_id(cfg.topic) if cluster is not None else None
+                return {str(tp.partition): ends[tp] for tp in tps}, found and str(found)
             finally:
                 _close(consumer)
 
-        self._ends = _retries(cfg).call(
+        self._ends, topic_id = _retries(cfg).call(
             f"list the partitions of Kafka topic {cfg.topic!r}",
             "The query was not started.",
             snapshot,
         )
+        if self._topic_id is not None and topic_id not in (None, self._topic_id):
+            raise KafkaAdapterError(
+                f"Kafka topic {cfg.topic!r} was deleted and made again while the query ran (its "
+                f"id was {self._topic_id}, now {topic_id}): the offsets the query reached count "
+                "in the old topic, so the new one's items would be skipped or read twice. Fix: "
+                "restart the query with a new checkpoint directory and a new, empty output"
+            )
+        self._topic_id = topic_id or self._topic_id
         return list(self._ends)
 
     def latest_offsets(self) -> Mapping[str, int]:

@@ -111,7 +111,7 @@ class Query:
                     f"query {self.name!r} is already started; expected a stopped query. Fix: "
                     "call stop() first"
                 )
-            self._runtime.output.close()  # it failed: it starts again on its checkpoint
+            running.release()  # it failed: it starts again on its checkpoint
         self._runtime.progress = 0 if progress else None
         self._runtime.records.callback = on_progress
         self._streamer = Streamer(

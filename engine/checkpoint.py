@@ -9,6 +9,9 @@ Layout under the directory::
                        Parquet directory per DataFrame of state (held events, pending output) and
                        ``manifest.json``, written last: every Parquet file with its size and
                        SHA-256
+    shape.json         the query the checkpoint belongs to (engine.streaming), written at its
+                       first start and checked at every restart
+    lock               held (``flock``) by the process that runs the query, named in it
 
 Every file is written to a temporary name and renamed, so a crash leaves either the old or the
 new version, never half of one. A restarted query loads the newest complete ``state/<k>`` and
@@ -32,6 +35,7 @@ is ignored with a warning (the output's own progress then decides what it still 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import importlib
 import json
@@ -44,7 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ctistream.engine.errors import CheckpointDamageError, QueryBuildError
+from ctistream.engine.errors import CheckpointDamageError, EngineError, QueryBuildError
 from ctistream.engine.rows import checkpoint
 from pyspark.sql import DataFrame, SparkSession
 
@@ -56,6 +60,8 @@ _KEEP = 2  # state snapshots kept: the newest, and the one restored when the new
 _HEADER = b"#ctistream sha256="  # + 64 hex digits, " bytes=", the body's length, "\n"
 _MANIFEST = "manifest.json"
 _STATE = "state.json"
+_SHAPE = "shape.json"  # the query's shape (engine.streaming), written at its first start
+_LOCK = "lock"  # held (flock) by the process running the query
 _FIX_NEW = (
     "or start the query with a new checkpoint directory (it reads its inputs from their start; "
     "its outputs then need to start empty too)"
@@ -118,6 +124,58 @@ class CheckpointDir:
         self.path = Path(path)
         for sub in ("offsets", "commits", "state"):
             (self.path / sub).mkdir(parents=True, exist_ok=True)
+        self._lock: Any = None
+
+    # -- one running query at a time ----------------------------------------------------------
+    def lock(self, query: str) -> None:
+        """Take the checkpoint for ``query``, run by this process, until :meth:`unlock` or the
+        process ends (an exclusive ``flock`` on its ``lock`` file, which the system releases
+        when the process dies, however it dies). Raises :class:`EngineError` when another run
+        holds it: two runs on one checkpoint would both write its logs and both deliver."""
+        f = open(self.path / _LOCK, "a+")  # noqa: SIM115 - held open while the query runs
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise EngineError(
+                f"query {query!r}: the checkpoint {str(self.path)!r} is in use by a running "
+                f"query ({holder}); expected a checkpoint no running query holds (two runs on "
+                "one checkpoint would each deliver every item). Fix: stop the running query "
+                "first (its process releases the checkpoint when it stops or ends), or give "
+                "this one its own checkpoint directory and output"
+            ) from None
+        f.truncate(0)
+        f.write(f"query {query!r} in process {os.getpid()}\n")
+        f.flush()
+        self._lock = f
+
+    def unlock(self) -> None:
+        """Release what :meth:`lock` took (nothing if it took nothing)."""
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the flock
+            self._lock = None
+
+    # -- the query's shape --------------------------------------------------------------------
+    def shape(self) -> list[str] | None:
+        """The shape recorded by :meth:`write_shape`, or None when none is. Raises
+        :class:`CheckpointDamageError` when its file is damaged."""
+        path = self.path / _SHAPE
+        try:
+            return json.loads(read_checked(path))
+        except FileNotFoundError:
+            return None
+        except DamagedFile as e:
+            raise CheckpointDamageError(
+                f"checkpoint {str(self.path)!r}: {e}; it records the query the checkpoint "
+                "belongs to, and a restart checks against it. Fix: if the query is the one that "
+                f"wrote the checkpoint, delete {str(path)!r} (the next start records it again), "
+                f"{_FIX_NEW}"
+            ) from None
+
+    def write_shape(self, shape: list[str]) -> None:
+        write_checked(self.path / _SHAPE, json.dumps(shape))
 
     # -- offset and commit logs ---------------------------------------------------------------
     def write_offsets(self, epoch: int, entry: dict[str, Any]) -> None:

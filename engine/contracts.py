@@ -141,6 +141,13 @@ class InputAdapter(ABC):
         """Called once on the driver with the name the input is bound under, before
         :meth:`partitions`. The default does nothing."""
 
+    def source(self) -> str | None:
+        """What this adapter's offsets count in, e.g. ``"Kafka topic 'sensors'"`` (driver): a
+        started query's checkpoint records it, and a restart whose input reads another source
+        is refused (the offsets logged would skip or repeat its items). It is written to the
+        checkpoint: no secrets. None (the default): not recorded."""
+        return None
+
     def size_hint(self) -> int | None:
         """At most how many items (events, CTIs, ENDs) a read of every partition from offset 0
         yields, if the driver can tell cheaply after :meth:`partitions` (a script's length,

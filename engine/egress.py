@@ -113,8 +113,9 @@ def _items(flow: Flow, shape: EventShape, payload: list[str]) -> DataFrame:
             (f"{EDGE} IS NULL", s, e, "NULL", s, no_pos, 1),
             (f"{EDGE} = 'END' AND {nonempty}", s, e, "NULL", s, POS, 1),
         )
-    if shape is EventShape.POINT:
-        return items((not_end, s, f"{s} + 1", "NULL", s, no_pos, 1), cancel)
+    if shape is EventShape.POINT:  # (a diagnostic at +inf, never released, stays empty)
+        point_end = f"CASE WHEN {s} < {MAX_TIME} THEN {s} + 1 ELSE {s} END"
+        return items((not_end, s, point_end, "NULL", s, no_pos, 1), cancel)
     # EDGE: a point or an interval is both a START and an END edge
     starts = items((not_end, s, str(MAX_TIME), "'START'", s, no_pos, 1), cancel)
     ends = f"{EDGE} IS NULL OR ({EDGE} = 'END' AND {nonempty})"

@@ -30,7 +30,7 @@ from typing import Any
 
 from ctistream.engine._spark import settle_driver
 from ctistream.engine.checkpoint import CheckpointDir, warn_damage
-from ctistream.engine.errors import QueryBuildError, QueryStoppedError
+from ctistream.engine.errors import EngineError, QueryBuildError, QueryStoppedError
 from ctistream.engine.plan import walk
 from ctistream.engine.rows import POS, Kind, release
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
@@ -78,7 +78,13 @@ class Streamer:
         self._thread: threading.Thread | None = None
         self._halt = threading.Event()
         self.error: BaseException | None = None
-        self._restore()
+        if self.dir is not None:
+            self.dir.lock(runtime.name)
+        try:
+            self._restore()
+        except BaseException:
+            self.release()
+            raise
         settle_driver()
 
     # -- state ---------------------------------------------------------------------------------
@@ -91,17 +97,23 @@ class Streamer:
         each input with its partitions, payload and time settings. State that another plan or
         other settings computed would give results of neither query."""
         ops = [n.label() for n in walk(self.rt.root)]
-        inputs = [
-            f"input {b.spec.name!r}: partitions {b.spec.partitions}, payload "
-            f"{b.schema.simpleString()}, {b.spec.settings!r}, {b.spec.ordering!r}, "
-            f"{b.spec.versions!r}"
-            for b in self.rt.inputs
-        ]
+        inputs = []
+        for b in self.rt.inputs:
+            spec, name = b.spec, f"input {b.spec.name!r}"
+            inputs += [
+                f"{name}: source {b.adapter.source()}",
+                f"{name}: partitions {spec.partitions}",
+                f"{name}: payload {b.schema.simpleString()}",
+                f"{name}: CTI settings {spec.settings!r}",
+                f"{name}: ordering {spec.ordering!r}",
+                f"{name}: versions {spec.versions!r}",
+            ]
         return [_SHAPE, *ops, *inputs]
 
-    def _check_shape(self, epoch: int, written: Any) -> None:
-        """Raise when the snapshot of ``epoch`` was written by a query of another shape
-        (:meth:`_shape`), naming the first difference."""
+    def _check_shape(self, record: str, written: Any) -> None:
+        """Raise when ``written``, the shape a record of the checkpoint holds (``record``: "its
+        state snapshot of epoch 3"), is another query's (:meth:`_shape`), naming the first
+        difference."""
         shape = self._shape()
         if written == shape:
             return
@@ -109,9 +121,9 @@ class Streamer:
         if not written or written[0] != _SHAPE:
             raise QueryBuildError(
                 f"query {self.rt.name!r}: the checkpoint in {str(self.dir.path)!r} was written "
-                f"by another version of the engine (its state snapshot of epoch {epoch} records "
-                f"its plan as {written[:4]}...); this version records the plan and keeps its "
-                f"state as {_SHAPE!r} says, so that state cannot be read here. Fix: start the "
+                f"by another version of the engine ({record} records its plan as "
+                f"{written[:4]}...); this version records the plan and keeps its state as "
+                f"{_SHAPE!r} says, so that state cannot be read here. Fix: start the "
                 "query with a new checkpoint directory (and a new, empty output), or resume it "
                 "with the version that wrote the checkpoint"
             )
@@ -123,7 +135,7 @@ class Streamer:
         ours = shape[at] if at < len(shape) else "nothing more"
         raise QueryBuildError(
             f"query {self.rt.name!r}: the checkpoint in {str(self.dir.path)!r} was written by "
-            f"a query of another shape (its state snapshot of epoch {epoch}): at step {at} "
+            f"a query of another shape ({record}): at step {at} "
             f"of the plan (operators, then inputs) that query has {theirs!r}, this one "
             f"{ours!r}; expected the query that wrote the checkpoint. Fix: start this query "
             "with a new checkpoint directory (and a new, empty output), or start the query that "
@@ -153,6 +165,9 @@ class Streamer:
         self.done = {b.spec.index: False for b in rt.inputs}
         if self.dir is None:
             return
+        recorded = self.dir.shape()
+        if recorded is not None:  # the checkpoint is for this query, snapshot or not
+            self._check_shape("its record of the query", recorded)
         held = rt.output.progress()  # what the output holds by its own account, or None
         snap = self._snapshot(held if rt.output.counts_every_item else None)
         if snap is not None:
@@ -186,6 +201,10 @@ class Streamer:
         else:
             last = None
         self._refuse_ended(last)
+        if recorded is None:
+            self.dir.write_shape(self._shape())
+        if held and self.committed is None and snap is None:
+            _warn_reused(rt, self.dir, held)
 
     def _snapshot(self, held: int | None) -> tuple[int, dict[str, Any]] | None:
         """The newest intact snapshot the output can go on from (None: there is none): one
@@ -199,7 +218,7 @@ class Streamer:
         passed: list[tuple[int, int]] = []  # (epoch, items released through it)
         oldest = None
         for epoch, st in self.dir.states(self.rt.spark):
-            self._check_shape(epoch, st.get("shape"))
+            self._check_shape(f"its state snapshot of epoch {epoch}", st.get("shape"))
             released = st["egress"].released
             oldest = (epoch, st)
             if held is None or released <= held:
@@ -256,7 +275,6 @@ class Streamer:
             )
         else:
             return
-        rt.output.close()
         raise QueryStoppedError(f"query {rt.name!r}: its checkpoint {where!r} {why}. {fix}")
 
     # -- epochs --------------------------------------------------------------------------------
@@ -274,6 +292,8 @@ class Streamer:
             else:
                 for p, name in enumerate(b.spec.partitions):
                     start, end = self.next[i][p], latest[name]
+                    if end < start:
+                        raise _shrunk(self.rt.name, b, name, start, end)
                     if self.max_offsets is not None:
                         end = min(end, start + self.max_offsets)
                     if end > start:
@@ -384,8 +404,10 @@ class Streamer:
             self._execute(k, plan)
         except BaseException as e:
             # the runtime's state is past the checkpoint's (up to the bad item): no epoch may
-            # run from it, not even stop()'s
+            # run from it, not even stop()'s; a run started after the fix takes the checkpoint
             self.error = e
+            if self.dir is not None:
+                self.dir.unlock()
             raise
         seconds = time.perf_counter() - t0
         fields = {"query": self.rt.name, "epoch": k, "step_seconds": round(seconds, 3)}
@@ -426,7 +448,13 @@ class Streamer:
             if not self.stopped:
                 self.step(stopping=flush)
         finally:
-            self.rt.output.close()
+            self.release()
+
+    def release(self) -> None:
+        """Close the output and let the checkpoint go (another run may take it)."""
+        self.rt.output.close()
+        if self.dir is not None:
+            self.dir.unlock()
 
 
 #: the first entry of a checkpoint's shape (:meth:`Streamer._shape`): how this version records
@@ -456,6 +484,33 @@ def _warn_behind(rt: Any, ckpt: CheckpointDir, committed: int, last: int) -> Non
         f"{str(ckpt.commit_path(committed))!r} records epochs through {committed} delivered: "
         "the output's progress record was lost, the output is new, or it keeps no record "
         f"(its progress() gives None). Those epochs are not delivered to it again{cut}"
+    )
+
+
+def _shrunk(query: str, b: Any, partition: str, start: int, end: int) -> EngineError:
+    """The error for a live partition that now ends before the offset the query reads next."""
+    source = b.adapter.source()
+    return EngineError(
+        f"query {query!r}: input {b.spec.name!r}, partition {partition!r}"
+        f"{f' of {source}' if source else ''} now ends at offset {end}, before offset {start}, "
+        "which the query reads next: the partition was truncated, or deleted and made again, "
+        "so items the query has not read may be gone and new ones would be skipped; expected a "
+        "partition that only grows. Fix: restore the partition, or start the query with a new "
+        "checkpoint directory and a new, empty output (it reads the partition from its start)"
+    )
+
+
+def _warn_reused(rt: Any, ckpt: CheckpointDir, held: int) -> None:
+    """Warn that a query starting on a new checkpoint has an output that holds ``held`` items:
+    they are taken as its own first items (exactly once across runs of one query, §9) and not
+    delivered; items of another query or run there would stand in for this one's."""
+    warn_damage(
+        f"query {rt.name!r}: its checkpoint {str(ckpt.path)!r} is new, but its output "
+        f"already holds {held} items: the query's first {held} output items are taken as those "
+        "and not delivered to it (a run of this same query over the same inputs gives the "
+        "same items). If the output holds another query's or an earlier run's items over other "
+        "inputs, this query's first items are lost. Fix: give the query a new, empty output, "
+        "or empty this one, unless it holds this query's own items"
     )
 
 

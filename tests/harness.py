@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ctistream.adapters.memory import (
     EventScript,
@@ -27,6 +28,12 @@ class In:
     settings: AdvanceTimeSettings | None = None
     schema: str | None = None
     versions: Versions | None = None
+
+
+def killed(query: Any) -> None:
+    """A started query as its process's death leaves it, in this process: dropped without
+    ``stop()``, its checkpoint free again (the system releases a dead process's lock)."""
+    query._started().dir.unlock()
 
 
 def spark_run(

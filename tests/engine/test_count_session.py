@@ -30,7 +30,7 @@ from ctistream.engine import (
 )
 from pyspark.sql import functions as F
 
-from tests.harness import In, spark_run
+from tests.harness import In, killed, spark_run
 from tests.reference import Binding, CountWindow, Input, SessionWindow, run_reference
 
 #: only the script's explicit CTIs (a CTI every 10**6 events), +inf at the end
@@ -581,7 +581,7 @@ def test_count_and_session_windows_resume_from_their_checkpointed_state(
     first = query(source, out)
     first.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
     first.step()  # epoch 0, its state written
-    # crash: dropped without stop()
+    killed(first)
     kf.produce(b, source, records[5:])
     again = query(source, out)
     again.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)

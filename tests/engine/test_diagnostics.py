@@ -455,6 +455,23 @@ def test_a_window_counts_the_diagnostics_by_reason_as_the_metrics_do(app):
     assert {r: n for r, n in metrics["in"]["adjusted_by_reason"].items() if n} == counts
 
 
+@pytest.mark.parametrize("epochs", [1, [2]])
+def test_an_item_dropped_after_the_cti_at_inf_is_counted_and_breaks_no_consumer(app, epochs):
+    # point(1), the CTI at +inf, point(5): 5 < +inf, dropped. Its diagnostic is at the CTI in
+    # force, +inf, where nothing is ever released (no CTI comes after +inf): the POINT consumer
+    # gets only the CTI at +inf, without an overflow at +inf + 1, and the metrics count the drop.
+    script = EventScript()
+    script.insert("in", point(1, {"v": 1}))
+    script.cti("in", MAX_TIME)
+    script.insert("in", point(5, {"v": 2}))
+    drop = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(10**6, timedelta(0), False), policy=AdvanceTimePolicy.DROP
+    )
+    got, metrics = _collect(app, _input(script, EventShape.POINT, drop).diagnostics(), epochs)
+    assert got == [cti(MAX_TIME)]
+    assert metrics["in"]["dropped"] == 1
+
+
 # -- bound to real outputs ---------------------------------------------------------------------
 def test_the_diagnostics_go_to_a_json_lines_file(app, tmp_path):
     script, shape, settings, _, schema, _ = cti_violation_drop()

@@ -42,7 +42,7 @@ from tests.adapters.test_files_query import iso, read_output
 from tests.engine.test_ordering import COLUMNS as ORDERED_COLUMNS
 from tests.engine.test_ordering import SCHEMA as ORDERED_SCHEMA
 from tests.engine.test_ordering import ordered_cases
-from tests.harness import In, spark_run
+from tests.harness import In, killed, spark_run
 from tests.reference import (
     Binding,
     GroupApply,
@@ -667,7 +667,7 @@ def test_each_groups_latest_moment_comes_back_from_the_checkpoint(app, kafka_bro
     first = query(source, out)
     first.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
     first.step()  # epoch 0, its state written
-    # crash: dropped without stop(); the next start restores epoch 0's state
+    killed(first)  # the next start restores epoch 0's state
     kf.produce(b, source, epochs[1])
     again = query(source, out)
     again.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)

@@ -21,6 +21,7 @@ from ctistream.engine import (
 
 from tests.adapters import test_kafka as kf
 from tests.adapters.test_files_query import T0, iso
+from tests.harness import killed
 
 #: a CTI at every event's start, +inf on stop
 EVERY_EVENT = AdapterAdvanceTimeSettings(
@@ -109,7 +110,7 @@ def test_a_restart_after_a_crash_delivers_what_a_run_without_it_does(
     first.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
     produce(topics, 0)
     first.step()  # epoch 0, its state written
-    # crash: the query is dropped without stop(); the next start restores epoch 0's state
+    killed(first)  # the next start restores epoch 0's state
     again = _query(app, op, b, topics, out)
     again.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
     produce(topics, 1)

@@ -52,6 +52,7 @@ from pyspark.sql import functions as F
 
 from tests.adapters.test_kafka import read_back
 from tests.engine.test_checkpoint_damage import T0, _query, produce_point
+from tests.harness import killed
 
 SECONDS = [1, 6, 11, 16]
 EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0), True))
@@ -301,7 +302,7 @@ def test_an_output_without_ctis_restarts_from_the_newest_snapshot_without_a_word
     for s in SECONDS:
         produce_point(b, topic, s)
         q.step()
-    # killed here: dropped without a stop
+    killed(q)
     with (
         warnings.catch_warnings(record=True) as caught,
         caplog.at_level(logging.INFO, logger="ctistream.streaming"),

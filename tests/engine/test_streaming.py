@@ -45,6 +45,7 @@ from kafka import KafkaProducer
 from pyspark.sql import functions as F
 
 from tests.adapters.test_kafka import produce, read_back
+from tests.harness import killed
 
 S = 1_000_000
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -201,12 +202,12 @@ def test_a_restarted_query_replays_from_its_checkpoint_and_delivers_exactly_once
     q.step()  # epoch 1: state written after it
     _produce(b, source2, BATCHES[2])
     q.step()  # epoch 2: logged and delivered, state not written
-    # crash: the query object is dropped without stop()
+    killed(q)
     q2 = _kafka_query(app, f"b-{tag}", b, source2, sink, keyed)
     q2.start(trigger=None, checkpoint=ckpt, checkpoint_every=2)  # state of 1, replays 2
     _produce(b, source2, BATCHES[3])
     q2.step()  # epoch 3
-    # crash again; the next start replays epoch 3 (no state after it) and stops
+    killed(q2)  # the next start replays epoch 3 (no state after it) and stops
     q3 = _kafka_query(app, f"c-{tag}", b, source2, sink, keyed)
     q3.start(trigger=None, checkpoint=ckpt, checkpoint_every=2)
     q3.stop()
