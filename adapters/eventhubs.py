@@ -77,8 +77,10 @@ a read, azure-eventhub's receiver reconnects quietly instead of reporting it, so
 nothing for ``receive_timeout`` although the snapshot says more events exist counts as a failure:
 it checks the partition (a failure to reach it ends the read with the error above) and reconnects
 where it stopped, ``retry_total`` times. An input that fails on the driver fails the query before
-it runs; one that fails on an executor fails the run; an output that fails leaves the epochs
-before it in the hub, and a restart completes the failed epoch.
+it runs; one that fails on an executor fails the run (or a started query's epoch) with a
+:class:`~engine.errors.QueryRunError` naming the query and the epoch whose message is this error's
+(its class name, text and fix; not the Python worker's traceback); an output that fails leaves
+the epochs before it in the hub, and a restart completes the failed epoch.
 
 Who calls what, and where: the engine calls ``create``, :meth:`EventHubInputAdapter.partitions` and
 :meth:`EventHubInputAdapter.payload_schema` on the driver, pickles the adapter (configuration,

@@ -72,8 +72,10 @@ most ``request_timeout``; then :class:`KafkaUnavailableError` says what could no
 bootstrap address, and how to fix it. A read that stalls (no progress for ``request_timeout``)
 counts as a failed attempt and reconnects where it stopped. Nothing past what was processed is
 delivered: an input that fails on the driver fails the query before it runs; one that fails on an
-executor fails the run before its first epoch; an output that fails leaves the epochs before in
-the topic, and a restart completes the failed epoch.
+executor fails the run before its first epoch is delivered (a started query: the epoch), with a
+:class:`~engine.errors.QueryRunError` naming the query and the epoch whose message is this error's
+(its class name, text and fix; not the Python worker's traceback); an output that fails leaves
+the epochs before in the topic, and a restart completes the failed epoch.
 
 Who calls what, and where: the engine calls ``create``, :meth:`KafkaInputAdapter.partitions` and
 :meth:`KafkaInputAdapter.payload_schema` on the driver, pickles the adapter (configuration, shape,

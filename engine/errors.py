@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import importlib
 import re
+import sys
 from collections.abc import Sequence
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "QueryRunError",
     "QueryStoppedError",
     "spark_message",
+    "task_error",
     "unknown_column",
 ]
 
@@ -96,11 +99,9 @@ _PLAN = re.compile(r"^\s*(?:[+:]- |== .* ==|at [\w$.]+\()")
 _BEFORE_PLAN = re.compile(r"(SQLSTATE: \w+)[^\n]*;\n.*", re.DOTALL)
 
 
-def spark_message(error: BaseException) -> str:
-    """Spark's message for ``error`` in the user's words: Spark's own text (error class and
-    message), without the plan or JVM stack that may follow it, and without the engine's
-    internal column names (dropped from Spark's lists of suggestions, named as "an engine
-    column" elsewhere)."""
+def _spark_text(error: BaseException) -> str:
+    """Spark's text for ``error``: its error class and message (the Java message of py4j's
+    Py4JJavaError), plan and stack included."""
     get = getattr(error, "getMessage", None)
     try:
         text = str(get()) if callable(get) else str(error)
@@ -110,7 +111,15 @@ def spark_message(error: BaseException) -> str:
     if java is not None:
         with contextlib.suppress(Exception):  # its JVM side is gone: the Python text
             text = str(java.getMessage())
-    text = _BEFORE_PLAN.sub(r"\1", text)
+    return text
+
+
+def spark_message(error: BaseException) -> str:
+    """Spark's message for ``error`` in the user's words: Spark's own text (error class and
+    message), without the plan or JVM stack that may follow it, and without the engine's
+    internal column names (dropped from Spark's lists of suggestions, named as "an engine
+    column" elsewhere)."""
+    text = _BEFORE_PLAN.sub(r"\1", _spark_text(error))
     lines = []
     for line in text.splitlines():
         if _PLAN.match(line):
@@ -120,6 +129,65 @@ def spark_message(error: BaseException) -> str:
     text = re.sub(r"(?:,\s*)?`__[a-z]\w*`(?:,\s*(?=\]))?", "", text)
     text = text.replace("[, ", "[")
     return _INTERNAL.sub("an engine column", text)
+
+
+#: The start of the traceback of an exception raised in a Python worker, as Spark reports it.
+_TRACEBACK = "Traceback (most recent call last):\n"
+#: The line that names an exception after its traceback: ``module.Class: message``.
+_RAISED = re.compile(r"([A-Za-z_][\w.]*)(?:: |$)")
+#: Where the worker's error ends in Spark's text: the SQL state Spark appends, its JVM stack.
+_AFTER_RAISED = re.compile(r"^\s*(?:SQLSTATE: \w+\s*$|at [\w$.]+\(|(?:JVM|Driver) stacktrace:)")
+
+
+def task_error(error: BaseException) -> tuple[str, str] | None:
+    """The engine's or an adapter's error that a Spark task raised in a Python worker and that
+    failed the job ``error`` (Spark's exception), as its class name and its own message:
+    Spark reports it as the worker's traceback, whose last exception is the one raised. Such
+    an error is a subclass of :class:`EngineError`, or one whose message gives its fix
+    ("Fix:", as every error of the engine's does). None when ``error`` is no such error (a
+    user's function failed, or Spark itself did)."""
+    text = _spark_text(error)
+    at = text.rfind(_TRACEBACK)
+    if at < 0:
+        return None
+    lines = text[at + len(_TRACEBACK) :].splitlines()
+    while lines and lines[0][:1].isspace():  # the frames: "  File ...", then their source
+        lines.pop(0)
+    raised = _RAISED.match(lines[0]) if lines else None
+    if raised is None:
+        return None
+    message = [lines[0][raised.end() :]]
+    for line in lines[1:]:
+        if _AFTER_RAISED.match(line):
+            break
+        message.append(line)
+    text = "\n".join(message).strip()
+    cls = _error_class(raised.group(1))
+    if cls is None and "Fix:" not in text:
+        return None
+    return (raised.group(1).rpartition(".")[2] if cls is None else cls.__name__), text
+
+
+def _error_class(name: str) -> type | None:
+    """The :class:`EngineError` subclass a traceback names ``module.Class`` (None: another
+    class). Only the engine's own modules are imported for it; another module (a user's
+    adapter) is looked up where the driver imported it."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:cut])
+        module = sys.modules.get(module_name)
+        if module is None and module_name.startswith("ctistream."):
+            with contextlib.suppress(ImportError):
+                module = importlib.import_module(module_name)
+        if module is None:
+            continue
+        found: object = module
+        for attr in parts[cut:]:
+            found = getattr(found, attr, None)
+        if isinstance(found, type) and issubclass(found, EngineError):
+            return found
+        return None
+    return None
 
 
 def unknown_column(call: str, name: str, available: Sequence[str], where: str) -> QueryBuildError:

@@ -19,7 +19,8 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -34,6 +35,7 @@ from ctistream.engine.errors import (
     HeldEventsWarning,
     QueryRunError,
     spark_message,
+    task_error,
 )
 from ctistream.engine.events import EventShape
 from ctistream.engine.ingress import (
@@ -294,7 +296,8 @@ class Runtime:
         # the next epoch starts), and so is one that cannot seek (each read replays it)
         whole = [b for b in self.inputs if b.spec.ordering is not None or not b.adapter.seekable]
         raws = self._read_all(inputs=whole)
-        cuts = self._cuts(raws, epochs)
+        with self.spark_errors(None):  # the cut reads the inputs (or their arrival stamps)
+            cuts = self._cuts(raws, epochs)
         bounds = list(zip([None, *cuts], [*cuts, None], strict=True))
         if self.progress is not None:
             self.progress = len(bounds)
@@ -382,7 +385,7 @@ class Runtime:
         limit = None
         while True:
             try:
-                with engine_work():
+                with self.spark_errors(k), engine_work():
                     items = self._epoch(
                         raws,
                         lo,
@@ -397,8 +400,6 @@ class Runtime:
                 # Run again up to it: an input after the one that found it may hold an earlier
                 # bad item, found by this next run (each run stops strictly earlier).
                 stopped, limit = found, found.pos
-            except (CapturedException, Py4JJavaError) as error:
-                raise self._run_error(k, error) from None
         undelivered = _undelivered(first, items, delivered)
         if undelivered is not None:
             with self.records.phase("egress"):
@@ -439,25 +440,46 @@ class Runtime:
             "the query a new output (and a new checkpoint directory)"
         )
 
-    def _run_error(self, k: int, error: BaseException) -> QueryRunError:
-        """What Spark raised in epoch ``k``, in the user's words (:func:`spark_message`). An
-        analysis error is raised where an operator builds its DataFrames, so it names that
-        operator; an error in a task (a UDF, a cast) surfaces in whichever job first needs the
-        rows, where Spark runs the operators together, so it names none."""
+    @contextmanager
+    def spark_errors(self, k: int | None) -> Iterator[None]:
+        """Every Spark job of the query runs in this: what Spark raises in it becomes the
+        :class:`QueryRunError` of epoch ``k`` (None: while a run is cut into epochs), in the
+        user's words (:meth:`_run_error`). Any other error passes as it is."""
+        try:
+            yield
+        except (CapturedException, Py4JJavaError) as error:
+            raise self._run_error(k, error) from None
+
+    def _run_error(self, k: int | None, error: BaseException) -> QueryRunError:
+        """What Spark raised in epoch ``k`` (None: while the run was cut into epochs), in the
+        user's words. An error of the engine's or an adapter's raised in a task (a source that
+        cannot be read, a function's result the engine refuses) is its own message, with its
+        fix (:func:`task_error`: not the worker's traceback). Else Spark's
+        (:func:`spark_message`): an analysis error is raised where an operator builds its
+        DataFrames, so it names that operator; an error in a task (a UDF, a cast) surfaces in
+        whichever job first needs the rows, where Spark runs the operators together, so it
+        names none."""
+        when = "while cutting the run into epochs" if k is None else f"epoch {k}"
+        own = task_error(error)
+        if own is not None:
+            name, message = own
+            return QueryRunError(
+                f"query {self.name!r}, {when}: a Spark task raised {name}: {message}", error
+            )
         node = self._building
         if isinstance(error, AnalysisException) and node is not None and node.call:
             where = f"in {node.call}"
         else:
-            where = "in a Spark task of the epoch"
+            where = "in a Spark task" if k is None else "in a Spark task of the epoch"
         message = spark_message(error)
         fix = (
-            ""  # an error of the engine's or an adapter's, raised in a task, carries its own
+            ""  # an error the engine raises through Spark (F.raise_error) carries its own
             if "Fix:" in message
             else ". Fix: correct the expression or function it names for the values it met "
             "(this error's spark_error holds Spark's exception as raised)"
         )
         return QueryRunError(
-            f"query {self.name!r}, epoch {k}: Spark failed {where}: {message}{fix}", error
+            f"query {self.name!r}, {when}: Spark failed {where}: {message}{fix}", error
         )
 
     def metrics(self) -> dict[str, dict[str, Any]]:

@@ -23,9 +23,11 @@ flush, or every input at CTI +inf): then the start raises
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ctistream.engine._spark import settle_driver
@@ -39,6 +41,19 @@ from pyspark.sql import functions as F
 __all__ = ["Streamer"]
 
 log = logging.getLogger("ctistream.streaming")
+
+
+def _spark_errors(execute: Callable[..., None]) -> Callable[..., None]:
+    """Runs an epoch (``execute(streamer, k, plan)``) with every Spark job it runs, its cut's
+    and its resume points' too, in :meth:`engine.runtime.Runtime.spark_errors`: what Spark
+    raises is the epoch's ``QueryRunError`` in the user's words."""
+
+    @functools.wraps(execute)
+    def run(self: Streamer, k: int, plan: dict[str, Any]) -> None:
+        with self.rt.spark_errors(k):
+            execute(self, k, plan)
+
+    return run
 
 
 class Streamer:
@@ -332,6 +347,7 @@ class Streamer:
             out[str(i)] = [ticks - tolerance, max(ticks, self.floor), list(self.next[i])]
         return out
 
+    @_spark_errors
     def _execute(self, k: int, plan: dict[str, Any]) -> None:
         """Run epoch ``k`` as ``plan`` says, deliver it (unless delivered), commit, and
         checkpoint the state every ``checkpoint_every`` epochs.

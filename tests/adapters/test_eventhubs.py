@@ -50,6 +50,7 @@ from ctistream.engine import (
     Event,
     EventShape,
     MalformedRecordError,
+    QueryRunError,
     cti,
     edge_end,
     edge_start,
@@ -442,6 +443,50 @@ def test_an_endpoint_that_stops_mid_read_fails_it_with_a_clear_error():
         with pytest.raises(EventHubsUnavailableError, match="from sequence number") as error:
             list(items)
     assert "Fix" in str(error.value)
+
+
+@pytest.mark.parametrize("how", ["run", "step capped"])
+def test_an_endpoint_that_goes_away_while_a_query_reads_fails_it_with_the_adapters_error(
+    app, tmp_path, monkeypatch, how
+):
+    # The endpoint answers while the query is made (partitions, last sequence numbers: on the
+    # driver) and is gone when the executors read the hub. A started query snapshots the last
+    # sequence numbers again before each epoch: the endpoint is taken away right after that.
+    # With max_offsets_per_epoch the epoch's cut is a Spark job of its own, the first to read.
+    with running_endpoint() as own:
+        own.create_hub("hub", 1)
+        for i in range(5):
+            own.append("hub", 0, {"ts": iso(i), "id": i, "v": 1.0}, enqueued_time=ENQUEUED_MS + i)
+        config = input_config(own, "hub", time_field="ts", receive_timeout=timedelta(seconds=1))
+        stream = Stream.create("gone", EventHubInputFactory(), config, EventShape.POINT)
+        name = "gone-" + uuid.uuid4().hex[:6]
+        output = MemoryOutputConfig(name=name)
+        query = stream.to_query(app, name, MemoryOutputFactory(), output, EventShape.POINT)
+        if how == "run":
+            own.stop()
+            with pytest.raises(QueryRunError) as error:
+                query.run()
+        else:
+            snapshot = EventHubInputAdapter.latest_offsets
+
+            def then_gone(self: EventHubInputAdapter) -> Any:
+                ends = snapshot(self)
+                own.stop()  # on the driver only: the executors' adapters are not patched
+                return ends
+
+            monkeypatch.setattr(EventHubInputAdapter, "latest_offsets", then_gone)
+            query.start(trigger=None, checkpoint=tmp_path / "ckpt", max_offsets_per_epoch=2)
+            with pytest.raises(QueryRunError) as error:
+                query.step()
+    message = str(error.value)
+    assert message.startswith(f"query {name!r}, epoch 0: a Spark task raised ")
+    assert (
+        "EventHubsUnavailableError: cannot read partition '0' of event hub 'hub' from sequence "
+        "number 0: no answer from event hub 'hub'"
+    ) in message
+    assert "Fix: check the connection string's Endpoint" in message
+    assert "Traceback" not in message and 'File "' not in message, message
+    assert MemoryOutputFactory.collected(name) == []
 
 
 # -- through queries -----------------------------------------------------------------------------

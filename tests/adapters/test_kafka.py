@@ -50,6 +50,7 @@ from ctistream.engine import (
     Event,
     EventShape,
     MalformedRecordError,
+    QueryRunError,
     cti,
     edge_end,
     edge_start,
@@ -640,6 +641,55 @@ def test_a_query_over_an_unreachable_broker_fails_when_it_is_created(app):
             KafkaOutputConfig(bootstrap_servers=bootstrap, topic="o", **once),
             EventShape.POINT,
         )
+
+
+@pytest.mark.parametrize("how", ["run", "run in 3 epochs", "step", "step capped"])
+def test_a_broker_that_goes_away_while_a_query_reads_fails_it_with_the_adapters_error(
+    app, own_broker, tmp_path, monkeypatch, how
+):
+    # The broker answers while the query is made (partitions, end offsets: on the driver) and
+    # is gone when the executors read the topic. A started query snapshots the end offsets
+    # again before each epoch: the broker is taken away right after that. With
+    # max_offsets_per_epoch the epoch's cut is a Spark job of its own, the first to read; so is
+    # run(epochs=3)'s, cutting the run at quantiles of the arrival stamps before epoch 0.
+    b = own_broker.bootstrap
+    topic = own_broker.create_topic()
+    produce(
+        b, topic, [(0, {"ts": iso(i), "id": i, "v": 1.0}, ARRIVAL_MS + i, None) for i in range(5)]
+    )
+    once = {**QUICK, "connect_attempts": 1}
+    config = input_config(b, topic, time_field="ts", **once)
+    stream = Stream.create("gone", KafkaInputFactory(), config, EventShape.POINT)
+    name = "gone-" + uuid.uuid4().hex[:6]
+    output = MemoryOutputConfig(name=name)
+    query = stream.to_query(app, name, MemoryOutputFactory(), output, EventShape.POINT)
+    if how.startswith("run"):
+        own_broker.stop()
+        with pytest.raises(QueryRunError) as error:
+            query.run(epochs=3 if how == "run in 3 epochs" else None)
+    else:
+        snapshot = KafkaInputAdapter.latest_offsets
+
+        def then_gone(self: KafkaInputAdapter) -> Any:
+            ends = snapshot(self)
+            own_broker.stop()  # on the driver only: the executors' adapters are not patched
+            return ends
+
+        monkeypatch.setattr(KafkaInputAdapter, "latest_offsets", then_gone)
+        cap = 2 if how == "step capped" else None
+        query.start(trigger=None, checkpoint=tmp_path / "ckpt", max_offsets_per_epoch=cap)
+        with pytest.raises(QueryRunError) as error:
+            query.step()
+    message = str(error.value)
+    when = "while cutting the run into epochs" if how == "run in 3 epochs" else "epoch 0"
+    assert message.startswith(f"query {name!r}, {when}: a Spark task raised ")
+    assert (
+        f"KafkaUnavailableError: cannot read partition 0 of Kafka topic {topic!r} from offset "
+        f"0: no Kafka broker answered at {b} after 1 attempt(s)"
+    ) in message
+    assert "Fix: start the broker" in message
+    assert "Traceback" not in message and 'File "' not in message, message
+    assert MemoryOutputFactory.collected(name) == []
 
 
 # -- through queries -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from ctistream.adapters.memory import (
 )
 from ctistream.bindings import QueryBinder, QueryTemplate, Stream
 from ctistream.engine import EventOrderingSettings, EventShape, QueryBuildError, point
-from ctistream.engine.errors import QueryRunError, spark_message
+from ctistream.engine.errors import QueryRunError, spark_message, task_error
 from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 
@@ -329,6 +329,39 @@ def test_spark_message_drops_the_plan_and_the_engine_columns(spark):
     assert "`v`" in message  # Spark's own suggestion stays
     assert not INTERNAL.search(message), message
     assert "Filter" not in message and "+- " not in message and "LocalRelation" not in message
+
+
+def _worker_failure(raised: str, after: str = "\n SQLSTATE: 38000") -> Exception:
+    """An error with Spark's text for a Python worker's exception: its traceback (a chained
+    one, as ``raise ... from``), the exception line(s) ``raised``, then what Spark appends."""
+    frames = '  File "/x/adapters/_broker.py", line 96, in _run\n    raise fail(error) from error\n'
+    return Exception(
+        "[PYTHON_EXCEPTION] An exception was thrown from the Python worker: "
+        f"Traceback (most recent call last):\n{frames}OSError: refused\n\nThe above exception "
+        f"was the direct cause of the following exception:\n\nTraceback (most recent call "
+        f"last):\n{frames}{raised}{after}"
+    )
+
+
+def test_task_error_is_the_engines_own_error_without_the_worker_traceback():
+    kafka = "cannot read partition 0 of Kafka topic 't': no Kafka broker answered. Fix: start it"
+    raised = f"ctistream.adapters.kafka.KafkaUnavailableError: {kafka}"
+    assert task_error(_worker_failure(raised)) == ("KafkaUnavailableError", kafka)
+    # a Py4JJavaError's text: the JVM stack follows; a message of two lines keeps both
+    two = "ctistream.engine.errors.MalformedRecordError: input 'a': bad\nvalue. Fix: correct it"
+    stack = "\n\tat org.apache.spark.api.python.BasePythonRunner.read(PythonRunner.scala:1)"
+    assert task_error(_worker_failure(two, stack)) == (
+        "MalformedRecordError",
+        "input 'a': bad\nvalue. Fix: correct it",
+    )
+    # an error the engine raises as a built-in exception gives its fix
+    builtin = "ValueError: apply(f, 'n bigint'): the function returned ... Fix: return them"
+    assert task_error(_worker_failure(builtin)) == ("ValueError", builtin[len("ValueError: ") :])
+    # a user's function's error, or a class that is not the engine's, stays Spark's message
+    assert task_error(_worker_failure("ValueError: boom in the user's UDF")) is None
+    assert task_error(_worker_failure("ctistream.engine.errors.Nope: x")) is None
+    assert task_error(_worker_failure("mymodule.MyError: x")) is None
+    assert task_error(Exception("[DIVIDE_BY_ZERO] Division by zero. SQLSTATE: 22012")) is None
 
 
 #: A query whose job has two tasks at once (local[2], two partitions): the task with v == 1.0

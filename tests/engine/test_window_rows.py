@@ -349,6 +349,8 @@ def test_an_apply_returning_other_columns_fails_naming_them_and_runs_again_once_
         "Fix: make the function return exactly those columns",
     ):
         assert part in message, message
+    assert "a Spark task raised ValueError: tumbling_window(" in message  # not its traceback
+    assert "Traceback" not in message and 'File "' not in message, message
     assert not out.exists() or read_output(out) == []
 
     again = _file_apply(app, source, out, broken=False)
