@@ -50,7 +50,7 @@ from ctistream.engine.rows import (
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, duration_text
 from pyspark.errors import ArithmeticException
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 __all__ = ["LifetimeState", "alter_lifetime"]
@@ -124,12 +124,27 @@ def alter_lifetime(
     moved = flow.ctis.select(POS, move(F.col(CTI)).alias(CTI))
     ctis = cache.keep(rising_rows(moved, state.emitted))
     last = ctis.select(F.max(CTI).alias("c"), F.lit(0).cast("long").alias("d"))
+    if found is not None:
+        last = last.unionByName(found)
+    if start_fn is not None:  # the CTIs it maps below one mapped before (§5: non-decreasing)
+        last = last.unionByName(_falls(flow.ctis, move, state.emitted), allowMissingColumns=True)
     try:  # one small job; it reads start_fn of every start and CTI of the epoch
-        rows = (last if found is None else last.unionByName(found)).collect()
+        rows = last.collect()
     except ArithmeticException as e:
         if start_fn is None:
             raise
         raise _overflow(flow, duration) from e
+    fall = next((r for r in rows if r["fo"] is not None), None) if start_fn is not None else None
+    if fall is not None:
+        raise ValueError(
+            f"alter_event_lifetime(start_fn, duration={duration_text(duration or 0)!r}): "
+            f"start_fn maps the CTI at {fall['fi']} ticks to {fall['fo']}, below {fall['fw']}, "
+            "where it mapped an earlier CTI; expected a non-decreasing start_fn (semantics §5: "
+            "the output CTI is start_fn(c), and CTIs only rise; an event moved below a CTI "
+            "already delivered would come out in another order for another cut of the input "
+            "into epochs). Fix: make start_fn non-decreasing in its argument (e.g. s + d, or "
+            "s - s % d), or use shift_event_time(d)"
+        )
     new_state = LifetimeState(
         max(state.emitted, max((r["c"] for r in rows if r["c"] is not None), default=MIN_TIME)),
         held=held,
@@ -145,6 +160,16 @@ def alter_lifetime(
     keyed, seen = keyed_rises(candidates, ctis, state.emitted, state.key_seen)
     new_state.key_seen = checkpoint(seen)
     return replace(out, keyed=cache.keep(keyed), key=flow.key), new_state
+
+
+def _falls(ctis: DataFrame, move: Callable[[Column], Column], emitted: int) -> DataFrame:
+    """The first of ``ctis`` (by input CTI) that ``move`` maps below the largest value it mapped
+    an earlier one to (``emitted``: the largest of earlier epochs): its input CTI ``fi``, its
+    value ``fo`` and the one before ``fw``; no row when there is none."""
+    before = Window.orderBy("fi").rowsBetween(Window.unboundedPreceding, -1)
+    mapped = ctis.select(F.col(CTI).alias("fi"), move(F.col(CTI)).alias("fo"))
+    was = F.greatest(F.max("fo").over(before), F.lit(emitted))  # greatest skips a null
+    return mapped.select("*", was.alias("fw")).filter("fo < fw").orderBy("fi").limit(1)
 
 
 def _overflow(flow: Flow, duration: int | None) -> OverflowError:

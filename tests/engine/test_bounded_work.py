@@ -455,6 +455,38 @@ def test_a_start_fn_that_overflows_int64_is_refused_naming_the_operator(app):
         assert MemoryOutputFactory.collected(sink) == (before if epochs != 1 else [])
 
 
+def test_a_start_fn_that_maps_a_later_cti_lower_is_refused_naming_the_operator(app):
+    # start_fn(s) = 100 - s, decreasing (§5 wants it non-decreasing): CTI 3 -> 97, CTI 8 -> 92,
+    # below 97. The output CTI would fall, and point(5) -> [95, 96) would come before or after
+    # CTI 97 with the cut: refused at the epoch that maps CTI 8, in one epoch or in three.
+    script = EventScript()
+    script.insert("a", point(1, {"k": 1, "v": 1}))
+    script.cti("a", 3)
+    script.insert("a", point(5, {"k": 1, "v": 2}))
+    script.cti("a", 8)
+    for epochs in (1, [1, 2, 3]):
+        sink = f"falls{epochs!r}"
+        stream = Stream.create(
+            "a",
+            MemoryInputFactory(),
+            MemoryInputConfig(script=script, schema=SCHEMA),
+            EventShape.POINT,
+            EXPLICIT,
+        )
+        query = stream.alter_event_lifetime(lambda s: F.lit(100) - s, TICK).to_query(
+            app, sink, MemoryOutputFactory(), MemoryOutputConfig(name=sink), EventShape.INTERVAL
+        )
+        try:
+            with pytest.raises(ValueError) as failed:
+                query.run(epochs=epochs)
+        finally:
+            app.queries.pop(sink, None)
+        message = str(failed.value)
+        assert message.startswith("alter_event_lifetime(start_fn, duration='1 microsecond'): ")
+        assert "maps the CTI at 8 ticks to 92, below 97" in message
+        assert "expected a non-decreasing start_fn" in message and "Fix: " in message
+
+
 # -- windows at the ends of the timeline -------------------------------------------------------
 # A window lies between finite moments: -inf < ws and ws + size < +inf (docs/decisions.md,
 # "Windows"); the grid's windows beyond do not exist, so events there count in no window, and a
