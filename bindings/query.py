@@ -92,8 +92,11 @@ class Query:
         (semantics §9). A checkpoint of a query stopped with flush, or whose inputs all ended,
         is refused (:class:`engine.errors.QueryStoppedError`); ``stop(flush=False)`` keeps
         it resumable.
-        ``max_offsets_per_epoch``: read at most this many offsets of each live partition per
-        epoch (None: all that is there), to keep epochs small when a backlog waits.
+        ``max_offsets_per_epoch``: read about this many offsets of each live partition per
+        epoch (None: all that is there), to keep epochs small when a backlog waits; an epoch
+        takes whole arrival stamps, so records sharing the stamp a partition reached at the cap
+        are read with it. ``stop()`` with flush first reads all the inputs held when it was
+        called, in as many such epochs as it takes.
         ``idle_timeout``: an input that generates its CTIs and has had nothing new for this
         long advances by time-driven CTIs: the wall clock minus its late-arrival tolerance
         (ordering settings) or its generation delay (semantics §7); logged for replay.

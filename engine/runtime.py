@@ -185,11 +185,13 @@ class Runtime:
         ranges: dict[int, Any] | None = None,
         floor: int | None = None,
         inputs: Sequence[BoundInput] | None = None,
+        until: int | None = None,
     ) -> dict[int, DataFrame]:
         """Every input's raw rows (``ranges``: per input, the offsets to read per partition, as
         :func:`engine.source.read_input`), cached. ``floor``: arrival stamps below it are raised
         to it (a started query's epochs, see :mod:`engine.streaming`). ``inputs``: only these
-        (default: all)."""
+        (default: all). ``until``: each partition's read stops before its first item stamped
+        at or after it (a started query's cut)."""
         raws = {}
         for b in self.inputs if inputs is None else inputs:
             df = read_input(
@@ -201,6 +203,7 @@ class Runtime:
                 None if ranges is None else ranges[b.spec.index],
                 b.spec.name,
                 floor,
+                until,
             )
             # read when first used (by the first job over it), once per run. A bounded run's
             # whole input (of an input with §7 ordering, see run()) waits on disk, not in

@@ -252,10 +252,13 @@ def read_input(
     ranges: Ranges | None = None,
     input_name: str | None = None,
     floor: int | None = None,
+    until: int | None = None,
 ) -> DataFrame:
     """The raw rows of one input, read on the executors. ``ranges``: per source partition, the
     offsets ``(start, end)`` to read (``end`` None: to the partition's end), or None to skip the
     partition; None reads everything. ``input_name``: the input's name in the query, for errors.
+    ``until``: each partition's read stops before its first item stamped at or after it, with a
+    ``STOP`` row there (:func:`raw_batches`).
     ``floor``: arrival stamps below it are raised to it (a started query's epochs). It is
     applied here, not as a Spark expression: a literal that changes every epoch would change the
     plan's generated code, which Spark then compiles again every epoch.
@@ -266,7 +269,7 @@ def read_input(
     epoch) pickled with the function. A Python Data Source did the same but also ran Python
     planner processes on the driver for each read (look the source up, create it, plan its
     partitions); starting them made a started query's first step about 5 s slower."""
-    read = SourceRead(adapter, index, partitions, payload, ranges, input_name, floor)
+    read = SourceRead(adapter, index, partitions, payload, ranges, input_name, floor, until)
     return read.frame(spark)
 
 

@@ -35,6 +35,7 @@ from ctistream.engine.checkpoint import CheckpointDir, warn_damage
 from ctistream.engine.errors import EngineError, QueryBuildError, QueryStoppedError
 from ctistream.engine.plan import walk
 from ctistream.engine.rows import POS, Kind, release
+from ctistream.engine.source import read_input
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
 from pyspark.sql import functions as F
 
@@ -295,12 +296,23 @@ class Streamer:
     # -- epochs --------------------------------------------------------------------------------
     def _plan(self, stopping: bool) -> dict[str, Any]:
         """What the next epoch reads: per input, per partition ``[start, end, capped]`` (end
-        None: to the end; capped: more is available beyond ``end``) or None (nothing)."""
+        None: to the end; capped: ``max_offsets_per_epoch`` held it short of what is available)
+        or None (nothing); and its ``cut`` (None: it takes everything in its ranges).
+
+        With a capped partition, what lies past the cap may be stamped as early as what other
+        partitions hold, or share the stamp the capped partition reached last. So the epoch
+        takes whole arrival stamps: all items stamped up to the lowest of the largest stamps
+        the capped partitions reached (:meth:`_highest`), that stamp included; the cut is one
+        tick above it. Every partition is then read on up to what is available, each stopping
+        at its first item stamped at or after the cut: a capped partition whose last stamp goes
+        on past the cap is read past it to that stamp's end. One capped partition is so taken
+        whole (at least the cap), whatever its items' stamps, so an epoch always makes progress."""
         inputs: dict[str, Any] = {}
+        ends: dict[str, Any] = {}
         for b in self.rt.inputs:
             i = b.spec.index
             ranges: list[Any] = [None] * len(b.spec.partitions)
-            latest = b.adapter.latest_offsets()
+            latest = ends[str(i)] = b.adapter.latest_offsets()
             if latest is None:
                 if not self.done[i]:
                     ranges = [[n, None, False] for n in self.next[i]]
@@ -314,12 +326,45 @@ class Streamer:
                     if end > start:
                         ranges[p] = [start, end, end < latest[name]]
             inputs[str(i)] = ranges
+        high = self._highest(inputs, self.floor)
+        if high is not None:  # read on past the caps, up to the cut
+            for b in self.rt.inputs:
+                for p, x in enumerate(inputs[str(b.spec.index)]):
+                    if x is not None and x[2]:
+                        x[1] = ends[str(b.spec.index)][b.spec.partitions[p]]
         return {
             "inputs": inputs,
             "floor": self.floor,
+            "cut": None if high is None else high + 1,
             "stop": stopping,
             "ctis": self._time_driven(inputs),
         }
+
+    def _highest(self, inputs: dict[str, Any], floor: int) -> int | None:
+        """The lowest of the largest arrival stamps (raised to ``floor``) the capped partitions
+        of ``inputs`` (a plan's ranges) hold in their ranges; None when none is capped or they
+        hold nothing. Read without side effects (no dead letters: the epoch's own read writes
+        them), one small job per input with a capped partition."""
+        highs: list[int] = []
+        for b in self.rt.inputs:
+            spec = b.spec
+            capped = [
+                tuple(x[:2]) if x is not None and x[2] else None for x in inputs[str(spec.index)]
+            ]
+            if any(capped):
+                quiet = b.adapter.without_side_effects()
+                df = read_input(
+                    self.rt.spark,
+                    quiet,
+                    spec.index,
+                    spec.partitions,
+                    b.schema,
+                    capped,
+                    spec.name,
+                    floor,
+                )
+                highs += [row[1] for row in df.groupBy("__part").agg(F.max("__arr")).collect()]
+        return min(highs, default=None)
 
     def _time_driven(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """Time-driven CTIs (ASA's rule, semantics §7): an input that generates its own CTIs
@@ -352,31 +397,34 @@ class Streamer:
         """Run epoch ``k`` as ``plan`` says, deliver it (unless delivered), commit, and
         checkpoint the state every ``checkpoint_every`` epochs.
 
-        When a partition was capped (``max_offsets_per_epoch``), items it did not reach may be
-        stamped earlier than items read from other partitions, so the epoch ends at the lowest
-        stamp a capped partition reached (its ``cut``): everything from there on is read again
-        by the next epoch. Without caps the epoch takes all it read."""
+        Each partition is read from its range's start and, when the plan has a ``cut``
+        (:meth:`_plan`), stops before its first item stamped at or after it: the next epoch
+        starts there. So no read passes the cut, and an item (a dead letter too) is read by
+        one epoch only. Without a cut the epoch takes all it read."""
         rt = self.rt
         rt.records.begin(rt)  # the epoch's progress record (engine.progress), from here
         began = time.perf_counter()
         ranges = {int(i): r for i, r in plan["inputs"].items()}
+        # an entry logged by the version before this one has no "cut": that version cut below
+        # the highest stamp (_highest), read from the epoch's capped ranges
+        cut = plan["cut"] if "cut" in plan else self._highest(plan["inputs"], plan["floor"])
         raws = rt._read_all(
             {i: [tuple(x[:2]) if x is not None else None for x in r] for i, r in ranges.items()},
             plan["floor"],
+            until=cut,
         )
         for i, (value, arrival, offsets) in plan.get("ctis", {}).items():
             raws[int(i)] = raws[int(i)].unionByName(
                 _cti_rows(rt.spark, raws[int(i)], int(i), value, arrival, offsets)
             )
         try:
-            cut = _cut(raws, ranges)
             rt.records.add("read", began)
             delivered = _at_least(rt.output.progress(), self.committed)
             as_read = [i for i in raws if str(i) not in plan.get("ctis", {})]
             rt.run_epoch(k, raws, None, cut, plan["stop"], delivered, as_read)
             resume: dict[int, dict[int, int]] = {}
             if cut is not None:  # where each partition goes on: its first item not taken
-                for i, df in raws.items():
+                for i, df in raws.items():  # (the STOP row where its read stopped)
                     rows = df.filter(F.col("__arr") >= cut).groupBy("__part").agg(F.min("__off"))
                     resume[i] = {r[0]: r[1] for r in rows.collect()}
         finally:
@@ -454,7 +502,9 @@ class Streamer:
 
     def stop(self, flush: bool = True) -> None:
         """Finish the running epoch, then run a last one that stops the inputs (flushing those
-        that flush on stop, when ``flush``), and close the output."""
+        that flush on stop, when ``flush``), and close the output. A flush ends the inputs for
+        good, so before it, what the live inputs held when the stop began is read, in as many
+        epochs as ``max_offsets_per_epoch`` needs: a stop's output does not depend on the cap."""
         self._halt.set()
         if self._thread is not None:
             self._thread.join()
@@ -462,6 +512,15 @@ class Streamer:
             if self.error is not None:
                 raise self.error
             if not self.stopped:
+                if flush and self.max_offsets is not None:
+                    held = {b.spec.index: b.adapter.latest_offsets() for b in self.rt.inputs}
+                    while any(
+                        self.next[b.spec.index][p] < latest[name]
+                        for b in self.rt.inputs
+                        if (latest := held[b.spec.index]) is not None
+                        for p, name in enumerate(b.spec.partitions)
+                    ):
+                        self.step()
                 self.step(stopping=flush)
         finally:
             self.release()
@@ -540,20 +599,6 @@ def _at_least(held: int | None, committed: tuple[int, int] | None) -> int | None
     if held is None and committed is not None:
         return committed[1]
     return held
-
-
-def _cut(raws: dict[int, Any], ranges: dict[int, list[Any]]) -> int | None:
-    """The lowest of the largest stamps the capped partitions reached (one small job per input
-    with a capped partition), or None when no partition is capped."""
-    highs: list[int] = []
-    for i, r in ranges.items():
-        capped = [p for p, x in enumerate(r) if x is not None and x[2]]
-        if capped:
-            rows = (
-                raws[i].filter(F.col("__part").isin(capped)).groupBy("__part").agg(F.max("__arr"))
-            )
-            highs += [row[1] for row in rows.collect()]
-    return min(highs, default=None)
 
 
 def _cti_rows(spark, like, index: int, value: int, arrival: int, offsets: list[int]):

@@ -48,6 +48,7 @@ from ctistream.engine import (
     AdvanceTimePolicy,
     AdvanceTimeSettings,
     Event,
+    EventKind,
     EventShape,
     MalformedRecordError,
     QueryRunError,
@@ -820,3 +821,47 @@ def test_a_malformed_record_stops_a_query_after_everything_before_it_was_deliver
     # CTIs at 1 s and 2 s were generated before the bad record and commit the event at 1 s; the
     # event at 2 s waits for a CTI after it, and there is no flush: the run failed.
     assert read_back(b, sink) == [cti(at(1)), point(at(1), {"id": 1, "v": 1.0}), cti(at(2))]
+
+
+def test_a_started_query_cut_into_capped_epochs_writes_each_dead_letter_once(app, broker):
+    """The promise "a run writes each letter once however it is cut into epochs" (kafka.py): a
+    capped epoch's cut must not make the next epoch read a malformed record again."""
+    b = broker.bootstrap
+    source = broker.create_topic(partitions=2)
+    dead = broker.create_topic()
+    produce(
+        b,
+        source,
+        [(0, {"ts": iso(i), "id": i, "v": 1.0}, ARRIVAL_MS + 100 + i, None) for i in range(3)]
+        + [
+            (1, {"ts": iso(5), "id": 50, "v": 1.0}, ARRIVAL_MS + 120, None),
+            (1, b"{bad json", ARRIVAL_MS + 130, None),
+        ],
+    )
+    every_event = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(1, timedelta(0), True), policy=AdvanceTimePolicy.DROP
+    )
+    config = input_config(b, source, time_field="ts", dead_letter_topic=dead)
+    stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, every_event)
+    name = "letters-" + uuid.uuid4().hex[:6]
+    query = stream.to_query(
+        app, name, MemoryOutputFactory(), MemoryOutputConfig(name=name), EventShape.POINT
+    )
+    query.start(trigger=None, max_offsets_per_epoch=2)
+    # Epoch 0: partition 0 is capped at offsets 0-1, which reach stamp ARRIVAL_MS + 101 ms, so
+    # the epoch takes what is stamped up to there: ids 0 and 1. Partition 1's first record
+    # (ARRIVAL_MS + 120 ms) is past that: its read stops there, before the malformed record.
+    query.step()
+    assert query.metrics()["events"]["events_in"] == 2
+    # Epoch 1: nothing is capped (one record left in partition 0, two in partition 1): id 2,
+    # id 50 and the malformed record, whose letter is written now, once.
+    query.step()
+    assert query.metrics()["events"]["events_in"] == 4
+    query.stop()
+    letters = raw_records(b, dead)
+    assert [
+        (header(r, "ctistream-source-partition"), header(r, "ctistream-source-offset"))
+        for r in letters
+    ] == [(b"1", b"1")]
+    got = MemoryOutputFactory.collected(name)
+    assert sorted(e.payload["id"] for e in got if e.kind is EventKind.INSERT) == [0, 1, 2, 50]

@@ -36,11 +36,12 @@ from ctistream.engine import (
     EventOrderingSettings,
     EventShape,
     OrderingAction,
+    cti,
     point,
 )
 from ctistream.engine.checkpoint import read_checked
 from ctistream.engine.errors import QueryBuildError
-from ctistream.engine.temporal import to_ticks
+from ctistream.engine.temporal import MAX_TIME, to_ticks
 from kafka import KafkaProducer
 from pyspark.sql import functions as F
 
@@ -365,6 +366,106 @@ def test_an_item_of_a_lagging_live_partition_is_taken_as_arriving_when_it_is_rea
     q.step()
     q.stop()
     assert starts(name) == {1: to_ticks(T0) + 10 * S, 2: to_ticks(T0) + 5 * S}
+
+
+def _every_event_query(app, bootstrap: str, topic: str, name: str):
+    """Points at ``ts`` with their ``id``; a CTI at each event's start (generation every event,
+    delay 0), +inf on stop."""
+    every = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(1, timedelta(0), True), policy=AdvanceTimePolicy.DROP
+    )
+    config = KafkaInputConfig(
+        bootstrap_servers=bootstrap, topic=topic, schema="id int", time_field="ts"
+    )
+    stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, every)
+    out = MemoryOutputConfig(name=name)
+    return stream.to_query(app, name, MemoryOutputFactory(), out, EventShape.POINT)
+
+
+def _five_points(stamp_ms) -> list[tuple[int, dict, int, None]]:
+    """Five points, ids 0-4 at T0 + id s, in partition 0, record ``i`` stamped
+    ``stamp_ms(i)``."""
+    return [
+        (0, {"ts": (T0 + timedelta(seconds=i)).isoformat(), "id": i}, stamp_ms(i), None)
+        for i in range(5)
+    ]
+
+
+# The output of _every_event_query over _five_points, however they are cut into epochs: event i
+# makes the CTI T0 + i s, which commits event i - 1 (start below it); the stop's flush (+inf)
+# commits event 4. An output CTI is emitted when it rises, the first one (T0) with no event.
+FIVE_POINTS_OUT = [
+    x
+    for i in range(5)
+    for x in (
+        [cti(T0)]
+        if i == 0
+        else [point(T0 + timedelta(seconds=i - 1), {"id": i - 1}), cti(T0 + timedelta(seconds=i))]
+    )
+] + [point(T0 + timedelta(seconds=4), {"id": 4}), cti(MAX_TIME)]
+
+
+def test_a_capped_epoch_takes_every_record_of_the_stamp_it_reached_so_it_never_stalls(
+    app, kafka_broker
+):
+    """max_offsets_per_epoch works a backlog off in steps (docs/decisions.md, "Started
+    queries"); epochs take whole arrival stamps, the stamp a capped partition reached included,
+    read past the cap when more records share it."""
+    b = kafka_broker.bootstrap
+
+    # One producer batch: all five records stamped T0 (one record timestamp). Cap 2: the capped
+    # range (offsets 0-1) reaches stamp T0, so the epoch takes everything stamped T0: all five
+    # (read past the cap). Before, it took what was stamped below T0 (nothing), every epoch.
+    shared = kafka_broker.create_topic()
+    produce(b, shared, _five_points(lambda i: T0_MS))
+    name = f"shared-{_tag()}"
+    q = _every_event_query(app, b, shared, name)
+    q.start(trigger=None, max_offsets_per_epoch=2)
+    q.step()
+    assert q.metrics()["events"]["events_in"] == 5
+    q.stop()
+    assert MemoryOutputFactory.collected(name) == FIVE_POINTS_OUT
+
+    # Stamps 1 ms apart, cap 1: each epoch reads one record and takes its stamp, so one event
+    # per step: 3 after 3 steps. Before, the cut at the one record's own stamp took nothing.
+    apart = kafka_broker.create_topic()
+    produce(b, apart, _five_points(lambda i: T0_MS + i))
+    name = f"apart-{_tag()}"
+    q = _every_event_query(app, b, apart, name)
+    q.start(trigger=None, max_offsets_per_epoch=1)
+    for _ in range(3):
+        q.step()
+    assert q.metrics()["events"]["events_in"] == 3
+    q.stop()  # reads the other two first (the next test), then flushes
+    assert MemoryOutputFactory.collected(name) == FIVE_POINTS_OUT
+
+
+def test_a_stop_with_flush_under_a_cap_first_reads_all_the_topic_held(app, kafka_broker, tmp_path):
+    """A stop with flush ends the inputs for good (+inf), so what was in the topic when stop()
+    was called is read first, in as many capped epochs as it takes: the final output is the
+    uncapped one (semantics §4). Before, the stop epoch read one cap more and flushed, leaving
+    the rest out for good."""
+    b = kafka_broker.bootstrap
+    topic = kafka_broker.create_topic()
+    produce(b, topic, _five_points(lambda i: T0_MS + i))  # stamps 1 ms apart
+    name = f"drained-{_tag()}"
+    q = _every_event_query(app, b, topic, name)
+    ckpt = tmp_path / "ckpt"
+    q.start(trigger=None, checkpoint=ckpt, max_offsets_per_epoch=2)
+    q.stop()
+    assert MemoryOutputFactory.collected(name) == FIVE_POINTS_OUT
+    # cap 2: epoch 0 reads offsets 0-1 and takes both (stamps up to T0 + 1 ms), epoch 1 offsets
+    # 2-3, epoch 2 offset 4 (all there is: no cap, no cut); epoch 3 is the stop, with nothing
+    # left to read
+    entries = [json.loads(read_checked(ckpt / "offsets" / f"{k}.json")) for k in range(4)]
+    assert [e["inputs"]["0"][0] for e in entries] == [
+        [0, 5, True],
+        [2, 5, True],
+        [4, 5, False],
+        None,
+    ]
+    assert [e["stop"] for e in entries] == [False, False, False, True]
+    assert not (ckpt / "offsets" / "4.json").exists()
 
 
 CODEGEN_MODE = "spark.sql.codegen.factoryMode"
