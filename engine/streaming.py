@@ -23,11 +23,9 @@ flush, or every input at CTI +inf): then the start raises
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ctistream.engine._spark import settle_driver
@@ -42,19 +40,6 @@ from pyspark.sql import functions as F
 __all__ = ["Streamer"]
 
 log = logging.getLogger("ctistream.streaming")
-
-
-def _spark_errors(execute: Callable[..., None]) -> Callable[..., None]:
-    """Runs an epoch (``execute(streamer, k, plan)``) with every Spark job it runs, its cut's
-    and its resume points' too, in :meth:`engine.runtime.Runtime.spark_errors`: what Spark
-    raises is the epoch's ``QueryRunError`` in the user's words."""
-
-    @functools.wraps(execute)
-    def run(self: Streamer, k: int, plan: dict[str, Any]) -> None:
-        with self.rt.spark_errors(k):
-            execute(self, k, plan)
-
-    return run
 
 
 class Streamer:
@@ -207,7 +192,8 @@ class Streamer:
         if replay:
             log.info("query %s: replaying epochs %s..%s", rt.name, replay[0][0], replay[-1][0])
         for k, entry in replay:
-            self._execute(k, entry)
+            with rt.spark_errors(k):  # what Spark raises, in the user's words
+                self._execute(k, entry)
         # only the logged epochs can have delivered what the output held before the replay
         rt.check_delivered(_at_least(held, self.committed) if replay else None)
         if replay:
@@ -308,11 +294,18 @@ class Streamer:
         on past the cap is read past it to that stamp's end. One capped partition is so taken
         whole (at least the cap), whatever its items' stamps, so an epoch always makes progress."""
         inputs: dict[str, Any] = {}
-        ends: dict[str, Any] = {}
+        ends = {str(b.spec.index): b.adapter.latest_offsets() for b in self.rt.inputs}
+        # A bounded input is read to its end in one epoch (its items do not resume at a cut), so
+        # no epoch is capped before every bounded input was read
+        cap = self.max_offsets
+        if any(
+            ends[str(b.spec.index)] is None and not self.done[b.spec.index] for b in self.rt.inputs
+        ):
+            cap = None
         for b in self.rt.inputs:
             i = b.spec.index
             ranges: list[Any] = [None] * len(b.spec.partitions)
-            latest = ends[str(i)] = b.adapter.latest_offsets()
+            latest = ends[str(i)]
             if latest is None:
                 if not self.done[i]:
                     ranges = [[n, None, False] for n in self.next[i]]
@@ -321,8 +314,8 @@ class Streamer:
                     start, end = self.next[i][p], latest[name]
                     if end < start:
                         raise _shrunk(self.rt.name, b, name, start, end)
-                    if self.max_offsets is not None:
-                        end = min(end, start + self.max_offsets)
+                    if cap is not None:
+                        end = min(end, start + cap)
                     if end > start:
                         ranges[p] = [start, end, end < latest[name]]
             inputs[str(i)] = ranges
@@ -392,7 +385,6 @@ class Streamer:
             out[str(i)] = [ticks - tolerance, max(ticks, self.floor), list(self.next[i])]
         return out
 
-    @_spark_errors
     def _execute(self, k: int, plan: dict[str, Any]) -> None:
         """Run epoch ``k`` as ``plan`` says, deliver it (unless delivered), commit, and
         checkpoint the state every ``checkpoint_every`` epochs.
@@ -460,12 +452,14 @@ class Streamer:
                 "checkpoint: the epoch is replayed and what it did not deliver is delivered"
             ) from self.error
         k = self.epoch
-        plan = self._plan(stopping)
+        with self.rt.spark_errors(k):  # what Spark raises (a capped cut's job), in user's words
+            plan = self._plan(stopping)
         if self.dir is not None:
             self.dir.write_offsets(k, plan)
         t0 = time.perf_counter()
         try:
-            self._execute(k, plan)
+            with self.rt.spark_errors(k):
+                self._execute(k, plan)
         except BaseException as e:
             # the runtime's state is past the checkpoint's (up to the bad item): no epoch may
             # run from it, not even stop()'s; a run started after the fix takes the checkpoint

@@ -368,17 +368,24 @@ def test_an_item_of_a_lagging_live_partition_is_taken_as_arriving_when_it_is_rea
     assert starts(name) == {1: to_ticks(T0) + 10 * S, 2: to_ticks(T0) + 5 * S}
 
 
-def _every_event_query(app, bootstrap: str, topic: str, name: str):
+EVERY = AdvanceTimeSettings(
+    AdvanceTimeGenerationSettings(1, timedelta(0), True), policy=AdvanceTimePolicy.DROP
+)
+
+
+def _every_event_stream(bootstrap: str, topic: str) -> Stream:
     """Points at ``ts`` with their ``id``; a CTI at each event's start (generation every event,
     delay 0), +inf on stop."""
-    every = AdvanceTimeSettings(
-        AdvanceTimeGenerationSettings(1, timedelta(0), True), policy=AdvanceTimePolicy.DROP
-    )
     config = KafkaInputConfig(
         bootstrap_servers=bootstrap, topic=topic, schema="id int", time_field="ts"
     )
-    stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, every)
+    return Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, EVERY)
+
+
+def _every_event_query(app, bootstrap: str, topic: str, name: str):
+    """:func:`_every_event_stream` to a memory output ``name``."""
     out = MemoryOutputConfig(name=name)
+    stream = _every_event_stream(bootstrap, topic)
     return stream.to_query(app, name, MemoryOutputFactory(), out, EventShape.POINT)
 
 
@@ -438,6 +445,39 @@ def test_a_capped_epoch_takes_every_record_of_the_stamp_it_reached_so_it_never_s
     assert q.metrics()["events"]["events_in"] == 3
     q.stop()  # reads the other two first (the next test), then flushes
     assert MemoryOutputFactory.collected(name) == FIVE_POINTS_OUT
+
+
+def test_a_capped_query_reads_a_bounded_input_whole_before_it_caps(app, kafka_broker):
+    """A bounded input (a script) is read to its end in one epoch: an epoch cut by a cap would
+    leave its items stamped after the cut unread for good. So no epoch is capped before every
+    bounded input was read."""
+    b = kafka_broker.bootstrap
+    topic = kafka_broker.create_topic()
+    # ids 0-2 at T0 + id s, stamped 1 ms apart; the script's ids 10 and 11 arrive an hour later
+    produce(b, topic, _five_points(lambda i: T0_MS + i)[:3])
+    script = EventScript()
+    for n in (10, 11):
+        arrival = T0 + timedelta(hours=1, microseconds=n)
+        script.insert("ref", point(T0 + timedelta(seconds=n), {"id": n}), arrival=arrival)
+    ref = Stream.create(
+        "ref",
+        MemoryInputFactory(),
+        MemoryInputConfig(script=script, schema="id int"),
+        EventShape.POINT,
+        EVERY,
+    )
+    name = f"bounded-{_tag()}"
+    out = MemoryOutputConfig(name=name)
+    union = _every_event_stream(b, topic).union(ref)
+    query = union.to_query(app, name, MemoryOutputFactory(), out, EventShape.POINT)
+    query.start(trigger=None, max_offsets_per_epoch=1)
+    query.step()  # not capped: the script is read whole, and the topic with it
+    assert query.metrics()["ref"]["events_in"] == 2
+    assert query.metrics()["events"]["events_in"] == 3
+    query.stop()
+    got = MemoryOutputFactory.collected(name)
+    assert sorted(e.payload["id"] for e in got if e.kind is EventKind.INSERT) == [0, 1, 2, 10, 11]
+    assert got[-1] == cti(MAX_TIME)
 
 
 def test_a_stop_with_flush_under_a_cap_first_reads_all_the_topic_held(app, kafka_broker, tmp_path):
