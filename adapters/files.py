@@ -1140,11 +1140,12 @@ class FileOutputAdapter(OutputAdapter):
 
     # -- helpers ------------------------------------------------------------------------------
     def _row(self, event: Event) -> dict[str, Any]:
+        kind, start, end, edge = self.own_fields
         row: dict[str, Any] = {
-            "kind": event.kind.value,
-            "start": _format_time(event.start),
-            "end": _format_time(event.end),
-            "edge": event.edge.value if event.edge is not None else None,
+            kind: event.kind.value,
+            start: _format_time(event.start),
+            end: _format_time(event.end),
+            edge: event.edge.value if event.edge is not None else None,
         }
         for name, value in event.payload.items():
             if name in row:

@@ -681,7 +681,8 @@ class KafkaInputAdapter(InputAdapter):
                 ends = _end_offsets(consumer, tps, cfg.request_timeout, confirm=confirm)
                 # the metadata the partitions came with (kafka-python has no public accessor)
                 cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
-                found = cluster.topic_id(cfg.topic) if cluster is not None else None
+                topic_id = getattr(cluster, "topic_id", None)
+                found = topic_id(cfg.topic) if topic_id is not None else None
                 return {str(tp.partition): ends[tp] for tp in tps}, found and str(found)
             finally:
                 _close(consumer)

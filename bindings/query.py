@@ -134,10 +134,11 @@ class Query:
         self._started().step()
 
     def stop(self, flush: bool = True) -> None:
-        """Stop a started query: finish the running epoch, then run a last one in which inputs
-        that flush on stop flush (unless ``flush=False``), and close the output. Raises what
-        stopped the loop, if anything did. A stop with ``flush`` that leaves every event held
-        back by an input without a CTI warns (:class:`engine.errors.HeldEventsWarning`)."""
+        """Stop a started query: finish the running epoch, then run a last one in which inputs that
+        flush on stop flush (unless ``flush=False``; with ``max_offsets_per_epoch``, a flush first
+        reads what the live inputs held, in capped epochs), and close the output. Raises what
+        stopped the loop, if anything did. A stop with ``flush`` that leaves every event held back
+        by an input without a CTI warns (:class:`engine.errors.HeldEventsWarning`)."""
         streamer = self._started()
         self._streamer = None
         streamer.stop(flush)

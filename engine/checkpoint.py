@@ -13,12 +13,12 @@ Layout under the directory::
                        first start and checked at every restart
     lock               held (``flock``) by the process that runs the query, named in it
 
-Every file is written to a temporary name and renamed, so a crash leaves either the old or the
-new version, never half of one. A restarted query loads the newest complete ``state/<k>`` and
-replays epochs ``k+1 ..`` exactly as their offset-log entries say, so their output is the same;
-outputs skip the items they already hold (:meth:`engine.contracts.OutputAdapter.progress`: a
-count of the query's output items); an output that reports nothing skips the items the commit log
-records as delivered.
+Every file (but ``lock``, which holds nothing to keep) is written to a temporary name and renamed,
+so a crash leaves either the old or the new version, never half of one. A restarted query loads the
+newest complete ``state/<k>`` and replays epochs ``k+1 ..`` exactly as their offset-log entries say,
+so their output is the same; outputs skip the items they already hold
+(:meth:`engine.contracts.OutputAdapter.progress`: a count of the query's output items); an output
+that reports nothing skips the items the commit log records as delivered.
 
 Damage is detected, never silently used (§9). Every file the engine writes here (and an output's
 progress record, :mod:`adapters.files`) goes through :func:`write_checked`, which puts a header
@@ -35,7 +35,6 @@ is ignored with a warning (the output's own progress then decides what it still 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import importlib
 import json
@@ -62,6 +61,11 @@ _MANIFEST = "manifest.json"
 _STATE = "state.json"
 _SHAPE = "shape.json"  # the query's shape (engine.streaming), written at its first start
 _LOCK = "lock"  # held (flock) by the process running the query
+_UNLOCKED = (
+    "query {query!r}: the checkpoint {path!r} cannot be locked ({why}), so nothing stops a "
+    "second run from starting on it while this one runs: both would deliver every item. Fix: "
+    "put the checkpoint on a local file system, or make sure one run at a time uses it"
+)
 _FIX_NEW = (
     "or start the query with a new checkpoint directory (it reads its inputs from their start; "
     "its outputs then need to start empty too)"
@@ -132,6 +136,11 @@ class CheckpointDir:
         process ends (an exclusive ``flock`` on its ``lock`` file, which the system releases
         when the process dies, however it dies). Raises :class:`EngineError` when another run
         holds it: two runs on one checkpoint would both write its logs and both deliver."""
+        try:
+            import fcntl
+        except ImportError:  # not a POSIX system: nothing to lock with
+            warn_damage(_UNLOCKED.format(query=query, path=str(self.path), why="no flock here"))
+            return
         f = open(self.path / _LOCK, "a+")  # noqa: SIM115 - held open while the query runs
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -146,6 +155,10 @@ class CheckpointDir:
                 "first (its process releases the checkpoint when it stops or ends), or give "
                 "this one its own checkpoint directory and output"
             ) from None
+        except OSError as e:  # a file system without locks (NFS without lockd, some FUSE)
+            f.close()
+            warn_damage(_UNLOCKED.format(query=query, path=str(self.path), why=e.strerror))
+            return
         f.truncate(0)
         f.write(f"query {query!r} in process {os.getpid()}\n")
         f.flush()

@@ -388,7 +388,7 @@ class Runtime:
         limit = None
         while True:
             try:
-                with self.spark_errors(k), engine_work():
+                with self.spark_errors(k):
                     items = self._epoch(
                         raws,
                         lo,
@@ -447,9 +447,11 @@ class Runtime:
     def spark_errors(self, k: int | None) -> Iterator[None]:
         """Every Spark job of the query runs in this: what Spark raises in it becomes the
         :class:`QueryRunError` of epoch ``k`` (None: while a run is cut into epochs), in the
-        user's words (:meth:`_run_error`). Any other error passes as it is."""
+        user's words (:meth:`_run_error`), and PySpark's context loggers stay silent
+        (:func:`engine._spark.engine_work`). Any other error passes as it is."""
         try:
-            yield
+            with engine_work():
+                yield
         except (CapturedException, Py4JJavaError) as error:
             raise self._run_error(k, error) from None
 

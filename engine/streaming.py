@@ -8,18 +8,17 @@ scripts) is read to its end by the first epoch. Epochs must be contiguous in arr
 partition delivered in an earlier epoch. Such an item *arrives* when the engine reads it: its
 stamp is raised to the epoch's arrival floor, the largest stamp of every earlier epoch.
 
-Before an epoch runs, its plan (the offset range per input and partition, and the floor) is
-written to the offset log; after its output is delivered, to the commit log; every
-``checkpoint_every`` epochs the whole state (ingress, operators, egress, offsets) is written too
-(:mod:`engine.checkpoint`). A restarted query loads the newest state and replays the logged
-epochs after it with the same ranges and floors, so it computes the same output again; the
-output adapter receives only the items it does not hold (:meth:`engine.contracts.OutputAdapter
-.progress`: a count of the query's output items, numbered from its first whatever the epochs),
-also of an epoch that failed part-way. Nothing read after the last logged epoch
-was delivered, so the query then simply goes on, unless it had ended for good (a stop with
-flush, or every input at CTI +inf): then the start raises
-:class:`engine.errors.QueryStoppedError` (semantics §9).
-"""
+Before an epoch runs, its plan (the offset range per input and partition, the floor, and the cut of
+an epoch capped by ``max_offsets_per_epoch``) is written to the offset log; after its output is
+delivered, to the commit log; every ``checkpoint_every`` epochs the whole state (ingress, operators,
+egress, offsets) is written too (:mod:`engine.checkpoint`). A restarted query loads the newest state
+and replays the logged epochs after it with the same ranges and floors, so it computes the same
+output again; the output adapter receives only the items it does not hold
+(:meth:`engine.contracts.OutputAdapter .progress`: a count of the query's output items, numbered
+from its first whatever the epochs), also of an epoch that failed part-way. Nothing read after the
+last logged epoch was delivered, so the query then simply goes on, unless it had ended for good (a
+stop with flush, or every input at CTI +inf): then the start raises
+:class:`engine.errors.QueryStoppedError` (semantics §9)."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from ctistream.engine._spark import settle_driver
+from ctistream.engine._spark import ansi_mode, settle_driver
 from ctistream.engine.checkpoint import CheckpointDir, warn_damage
 from ctistream.engine.errors import EngineError, QueryBuildError, QueryStoppedError
 from ctistream.engine.plan import walk
@@ -79,6 +78,7 @@ class Streamer:
         self._thread: threading.Thread | None = None
         self._halt = threading.Event()
         self.error: BaseException | None = None
+        self._released = False
         if self.dir is not None:
             self.dir.lock(runtime.name)
         try:
@@ -94,9 +94,10 @@ class Streamer:
 
     def _shape(self) -> list[str]:
         """What a checkpoint's state must fit: every operator of the plan with its arguments
-        (its label: a window's size, keys and aggregates, a join's keys, ...), in order, then
-        each input with its partitions, payload and time settings. State that another plan or
-        other settings computed would give results of neither query."""
+        (its label: a window's size, keys and aggregates, a join's keys, ...), in order, Spark's
+        ANSI mode, then each input with its source (:meth:`InputAdapter.source`), partitions,
+        payload and time settings, one line each. State that another plan or other settings
+        computed, or offsets counted in another source, would give results of neither query."""
         ops = [n.label() for n in walk(self.rt.root)]
         inputs = []
         for b in self.rt.inputs:
@@ -109,7 +110,8 @@ class Streamer:
                 f"{name}: ordering {spec.ordering!r}",
                 f"{name}: versions {spec.versions!r}",
             ]
-        return [_SHAPE, *ops, *inputs]
+        # ANSI mode decides how integer sums are kept (engine.exact): as decimals or as bigint
+        return [_SHAPE, *ops, f"ANSI mode {ansi_mode(self.rt.spark)}", *inputs]
 
     def _check_shape(self, record: str, written: Any) -> None:
         """Raise when ``written``, the shape a record of the checkpoint holds (``record``: "its
@@ -205,8 +207,8 @@ class Streamer:
         self._refuse_ended(last)
         if recorded is None:
             self.dir.write_shape(self._shape())
-        if held and self.committed is None and snap is None:
-            _warn_reused(rt, self.dir, held)
+        if held and recorded is None and not replay and snap is None and self.committed is None:
+            _warn_reused(rt, self.dir, held)  # nothing logged: the checkpoint is new
 
     def _snapshot(self, held: int | None) -> tuple[int, dict[str, Any]] | None:
         """The newest intact snapshot the output can go on from (None: there is none): one
@@ -452,20 +454,20 @@ class Streamer:
                 "checkpoint: the epoch is replayed and what it did not deliver is delivered"
             ) from self.error
         k = self.epoch
-        with self.rt.spark_errors(k):  # what Spark raises (a capped cut's job), in user's words
-            plan = self._plan(stopping)
-        if self.dir is not None:
-            self.dir.write_offsets(k, plan)
         t0 = time.perf_counter()
         try:
+            # what Spark raises (the epoch's jobs, a capped cut's while planning) in user's words
             with self.rt.spark_errors(k):
+                plan = self._plan(stopping)
+                if self.dir is not None:
+                    self.dir.write_offsets(k, plan)
                 self._execute(k, plan)
         except BaseException as e:
-            # the runtime's state is past the checkpoint's (up to the bad item): no epoch may
-            # run from it, not even stop()'s; a run started after the fix takes the checkpoint
+            # the runtime's state may be past the checkpoint's (up to the bad item): no epoch
+            # may run from it, not even stop()'s; a run started after the fix takes the
+            # checkpoint, so this one lets it go
             self.error = e
-            if self.dir is not None:
-                self.dir.unlock()
+            self.release()
             raise
         seconds = time.perf_counter() - t0
         fields = {"query": self.rt.name, "epoch": k, "step_seconds": round(seconds, 3)}
@@ -520,10 +522,15 @@ class Streamer:
             self.release()
 
     def release(self) -> None:
-        """Close the output and let the checkpoint go (another run may take it)."""
-        self.rt.output.close()
-        if self.dir is not None:
-            self.dir.unlock()
+        """Close the output, then let the checkpoint go (another run may take it); once."""
+        if self._released:
+            return
+        self._released = True
+        try:
+            self.rt.output.close()
+        finally:
+            if self.dir is not None:
+                self.dir.unlock()
 
 
 #: the first entry of a checkpoint's shape (:meth:`Streamer._shape`): how this version records

@@ -33,6 +33,8 @@ from ctistream.engine import (
 from ctistream.engine.progress import RECENT
 from pyspark.sql import functions as F
 
+from tests.harness import killed
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = 1_000_000
 T0_TICKS = int(T0.timestamp()) * S
@@ -296,6 +298,7 @@ def test_records_continue_right_after_a_restart_on_the_checkpoint(app, tmp_path)
     # The first query is left as a crash leaves it. The next one replays epoch 0 from the
     # offset log when it starts (a record of its own, with the same counts; its output holds
     # both items already: nothing delivered), then runs epoch 1.
+    killed(first)
     again, seen = query(2), []
     again.start(trigger=None, checkpoint=ckpt, checkpoint_every=2, on_progress=seen.append)
     again.step()
@@ -484,6 +487,7 @@ def test_state_rows_right_after_a_restart_on_a_state_snapshot(app, tmp_path):
     first = _state_query(app, "join", f"restart-rows-{tag}-1")
     first.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
     first.step()
+    killed(first)
     again = _state_query(app, "join", f"restart-rows-{tag}-2")
     again.start(trigger=None, checkpoint=ckpt, checkpoint_every=1)
     again.step()
