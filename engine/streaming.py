@@ -14,7 +14,7 @@ delivered, to the commit log; every ``checkpoint_every`` epochs the whole state 
 egress, offsets) is written too (:mod:`engine.checkpoint`). A restarted query loads the newest state
 and replays the logged epochs after it with the same ranges and floors, so it computes the same
 output again; the output adapter receives only the items it does not hold
-(:meth:`engine.contracts.OutputAdapter .progress`: a count of the query's output items, numbered
+(:meth:`engine.contracts.OutputAdapter.progress`: a count of the query's output items, numbered
 from its first whatever the epochs), also of an epoch that failed part-way. Nothing read after the
 last logged epoch was delivered, so the query then simply goes on, unless it had ended for good (a
 stop with flush, or every input at CTI +inf): then the start raises
