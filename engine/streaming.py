@@ -257,7 +257,11 @@ class Streamer:
         """Raise when the restored query ended for good (semantics §9, "a stop is recorded"):
         its last logged epoch (``last``: the epoch and its offset-log entry) is a stop with flush
         (replayed above if it had not completed), or every input is at CTI +inf. An input that
-        ended on its own stays ended either way."""
+        ended on its own stays ended either way.
+
+        A query that ended only now, in the epochs this start replayed (an epoch that failed
+        part-way, its cause fixed), is complete, not refused: its output got the rest of that
+        epoch, and the query stays stopped (nothing runs; :meth:`stop` closes it)."""
         rt, where = self.rt, str(self.dir.path) if self.dir is not None else None
         fix = (
             "Fix: start the query with a new checkpoint directory and a new, empty output (it "
@@ -278,6 +282,10 @@ class Streamer:
                 "could change the output; expected a checkpoint with an input below +inf"
             )
         else:
+            return
+        if last is not None and (self.committed is None or self.committed[0] < last[0]):
+            log.info("query %s: ended in epoch %s, replayed to its end now", rt.name, last[0])
+            self.stopped = True
             return
         raise QueryStoppedError(f"query {rt.name!r}: its checkpoint {where!r} {why}. {fix}")
 
@@ -483,6 +491,9 @@ class Streamer:
 
     # -- the loop ------------------------------------------------------------------------------
     def start(self, trigger: float) -> None:
+        if self.stopped:  # it ended in the epochs its start replayed
+            return
+
         def loop() -> None:
             try:
                 while not self._halt.is_set():

@@ -38,6 +38,7 @@ from ctistream.engine import (
     AdapterAdvanceTimeSettings,
     AdvanceTimeGenerationSettings,
     AdvanceTimePolicy,
+    AdvanceTimeSettings,
     CtiViolationError,
     EventShape,
     MalformedRecordError,
@@ -188,6 +189,45 @@ def test_a_file_fixed_after_a_cti_violation_is_delivered_whole_once(app, tmp_pat
     clean.step()
     clean.stop(flush=False)
     assert out.read_text() == clean_out.read_text()
+
+
+def test_a_file_whose_torn_last_line_is_completed_ends_in_the_replay_without_an_error(
+    app, tmp_path
+):
+    # A CTI at each event's start, +inf at the file's end (increasing_start_time). Points 1, 2,
+    # then a torn line (its writer had not finished it): the epoch delivers point 1 (committed
+    # by the CTI at 2 s) and stops at the malformed record. The writer completes the line; the
+    # start on the same checkpoint replays the epoch, which delivers 2 and 4 and, the file read
+    # to its end, the CTI at +inf. The query ended in that replay: its output is complete, so
+    # the start is not refused (it raised QueryStoppedError), and stop() has nothing to run.
+    source, out, ckpt = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "ckpt"
+
+    def query():
+        config = FileInputConfig(path=str(source), time_column="ts", schema="v double")
+        settings = AdvanceTimeSettings.increasing_start_time()
+        stream = Stream.create("torn", FileInputFactory(), config, EventShape.POINT, settings)
+        output = FileOutputConfig(path=str(out))
+        return stream.to_query(app, f"torn-{_tag()}", FileOutputFactory(), output, EventShape.POINT)
+
+    write_jsonl(source, [{"ts": iso(1), "v": 1}, {"ts": iso(2), "v": 2}])
+    with open(source, "a") as f:
+        f.write(f'{{"ts": "{iso(4)}", "v": 4.')
+    failed = query()
+    failed.start(trigger=None, checkpoint=ckpt)
+    with pytest.raises(MalformedRecordError):
+        failed.step()
+    ins = lambda s: ("INSERT", iso(s), {"v": s})  # noqa: E731
+    before = read_output(out)
+    assert [r for r in before if r[0] == "INSERT"] == [ins(1)]
+    with open(source, "a") as f:
+        f.write("0}\n")
+    again = query()
+    again.start(trigger=None, checkpoint=ckpt)
+    again.stop()
+    got = read_output(out)
+    assert got[: len(before)] == before
+    assert [r for r in got if r[0] == "INSERT"] == [ins(1), ins(2), ins(4)]
+    assert got[-1][0] == "CTI" and got.count(got[-1]) == 1, got
 
 
 def _kafka_query(app, b, source, sink, **config):
