@@ -64,6 +64,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import glob
+import hashlib
 import io
 import json
 import os
@@ -169,6 +170,10 @@ _Path = Annotated[str, BeforeValidator(_fspath)]
 # ---------------------------------------------------------------------------------------------
 # Reading files record by record
 # ---------------------------------------------------------------------------------------------
+
+
+#: how much of each end of an input file its content digest reads (FileInputAdapter.content)
+_EDGE_BYTES = 1 << 20
 
 
 @dataclass(slots=True)
@@ -460,6 +465,20 @@ class FileInputAdapter(InputAdapter):
         """The matched files as absolute paths, sorted. Raises FileNotFoundError when none match,
         and ValueError when their format cannot be told or differs between files."""
         return [path for path, _ in self._files()]
+
+    def content(self) -> str:
+        """Per matched file: its name, size and the SHA-256 of its first and last MiB."""
+        parts = []
+        for path, _ in self._files():
+            size = os.path.getsize(path)
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                digest.update(f.read(_EDGE_BYTES))
+                if size > _EDGE_BYTES:
+                    f.seek(max(_EDGE_BYTES, size - _EDGE_BYTES))
+                    digest.update(f.read())
+            parts.append(f"{os.path.basename(path)} {size} bytes {digest.hexdigest()[:16]}")
+        return "; ".join(parts)
 
     def size_hint(self) -> int:
         """At most how many items the files hold: per file its END, and a Parquet file's row

@@ -141,6 +141,14 @@ class InputAdapter(ABC):
         """Called once on the driver with the name the input is bound under, before
         :meth:`partitions`. The default does nothing."""
 
+    def content(self) -> str | None:
+        """Bounded adapters (driver): a digest of what a read from offset 0 yields now, e.g. the
+        files' sizes and digests. A started query logs it with the epoch that reads the input,
+        and a restart that would replay a delivered epoch over other content is refused (the
+        output holds that epoch's items already: they would be numbered alike but differ).
+        None (the default): not checked."""
+        return None
+
     def source(self) -> str | None:
         """What this adapter's offsets count in, e.g. ``"Kafka topic 'sensors'"`` (driver): a
         started query's checkpoint records it, and a restart whose input reads another source

@@ -194,6 +194,8 @@ class Streamer:
         if replay:
             log.info("query %s: replaying epochs %s..%s", rt.name, replay[0][0], replay[-1][0])
         for k, entry in replay:
+            if self.committed is not None and k <= self.committed[0]:  # delivered
+                self._check_content(k, entry)
             with rt.spark_errors(k):  # what Spark raises, in the user's words
                 self._execute(k, entry)
         # only the logged epochs can have delivered what the output held before the replay
@@ -209,6 +211,25 @@ class Streamer:
             self.dir.write_shape(self._shape())
         if held and recorded is None and not replay and snap is None and self.committed is None:
             _warn_reused(rt, self.dir, held)  # nothing logged: the checkpoint is new
+
+    def _check_content(self, k: int, entry: dict[str, Any]) -> None:
+        """Raise when a bounded input that delivered epoch ``k`` read now holds other content
+        than the epoch logged (:meth:`engine.contracts.InputAdapter.content`): replayed, the
+        epoch would number other items as those its output holds. (An epoch that failed is
+        replayed over the fixed input: that is how a bad record is fixed.)"""
+        by_index = {str(b.spec.index): b for b in self.rt.inputs}
+        for i, logged in entry.get("content", {}).items():
+            b = by_index[i]
+            now = b.adapter.content()
+            if now != logged:
+                raise EngineError(
+                    f"query {self.rt.name!r}: input {b.spec.name!r} changed since epoch {k} read "
+                    f"it and delivered its output (then: {logged}; now: {now}); replaying that "
+                    "epoch over other input would change items the output already holds. "
+                    "Expected the input as the epoch read it. Fix: restore it (appended or "
+                    "replaced files), or start the query with a new checkpoint directory and a "
+                    "new, empty output; new data belongs in new files of a new run"
+                )
 
     def _snapshot(self, held: int | None) -> tuple[int, dict[str, Any]] | None:
         """The newest intact snapshot the output can go on from (None: there is none): one
@@ -335,8 +356,15 @@ class Streamer:
                 for p, x in enumerate(inputs[str(b.spec.index)]):
                     if x is not None and x[2]:
                         x[1] = ends[str(b.spec.index)][b.spec.partitions[p]]
+        # what the bounded inputs read now hold: a replay of this epoch once delivered checks it
+        content = {
+            str(b.spec.index): b.adapter.content()
+            for b in self.rt.inputs
+            if ends[str(b.spec.index)] is None and not self.done[b.spec.index]
+        }
         return {
             "inputs": inputs,
+            "content": {i: c for i, c in content.items() if c is not None},
             "floor": self.floor,
             "cut": None if high is None else high + 1,
             "stop": stopping,

@@ -27,13 +27,21 @@ from ctistream.adapters.eventhubs import (
     EventHubInputConfig,
     EventHubInputFactory,
 )
-from ctistream.adapters.files import FileOutputConfig, FileOutputFactory
+from ctistream.adapters.files import (
+    FileInputConfig,
+    FileInputFactory,
+    FileOutputConfig,
+    FileOutputFactory,
+)
 from ctistream.bindings import Stream
 from ctistream.engine import AdvanceTimeGenerationSettings, AdvanceTimeSettings, EventShape
 from ctistream.engine.errors import EngineError, QueryBuildError
 
+from tests.adapters.test_files_query import iso, read_output, write_jsonl
 from tests.brokers.eventhubs import eventhubs_endpoint  # noqa: F401 - a fixture
 from tests.engine.test_checkpoint_damage import T0, _query, produce_point
+
+EVERY = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0), True))
 
 
 def test_a_second_run_on_a_checkpoint_is_refused_until_the_first_stops(app, kafka_broker, tmp_path):
@@ -138,8 +146,7 @@ def test_a_partition_that_ends_before_the_next_offset_is_an_error(
             time_field="ts",
             receive_timeout=timedelta(seconds=5),
         )
-        every = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0), True))
-        stream = Stream.create("events", EventHubInputFactory(), config, EventShape.POINT, every)
+        stream = Stream.create("events", EventHubInputFactory(), config, EventShape.POINT, EVERY)
         return stream.to_query(
             app,
             f"shrunk-{uuid.uuid4().hex[:6]}",
@@ -187,3 +194,36 @@ def test_a_new_checkpoint_with_an_output_that_holds_items_warns(app, kafka_broke
         "is new, but its output already holds 1 items" in m and "Fix: give the query a new" in m
         for m in said
     ), said
+
+
+@pytest.mark.parametrize("change", ["appended", "replaced"])
+def test_a_file_changed_under_a_delivered_epoch_is_refused_on_restart(app, tmp_path, change):
+    # Epoch 0 reads the file (points 1, 2, 3; a CTI at each start, +inf at its end) and delivers
+    # them all; no snapshot yet (every 10 epochs), stopped without flush: a restart replays it.
+    # Appended (a point at 4) or replaced (points 7, 8), the file would give that epoch other
+    # items under the numbers the output holds: refused, naming the input and the epoch. (A
+    # failed epoch is replayed over the fixed file: test_restart's torn line.)
+    source, out, ckpt = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "ck"
+    write_jsonl(source, [{"ts": iso(s), "v": s} for s in (1, 2, 3)])
+
+    def query():
+        config = FileInputConfig(path=str(source), time_column="ts", schema="v double")
+        stream = Stream.create("f", FileInputFactory(), config, EventShape.POINT, EVERY)
+        output = FileOutputConfig(path=str(out))
+        name = f"changed-{uuid.uuid4().hex[:6]}"
+        return stream.to_query(app, name, FileOutputFactory(), output, EventShape.POINT)
+
+    q = query()
+    q.start(trigger=None, checkpoint=ckpt, checkpoint_every=10)
+    q.step()
+    q.stop(flush=False)
+    delivered = read_output(out)
+    assert [r[2] for r in delivered if r[0] == "INSERT"] == [{"v": 1.0}, {"v": 2.0}, {"v": 3.0}]
+    rows = [1, 2, 3, 4] if change == "appended" else [7, 8]
+    write_jsonl(source, [{"ts": iso(s), "v": s} for s in rows])
+    with pytest.raises(EngineError) as got:
+        query().start(trigger=None, checkpoint=ckpt)
+    message = str(got.value)
+    assert "input 'f' changed since epoch 0 read it and delivered its output" in message
+    assert "in.jsonl" in message and "Fix: restore it" in message
+    assert read_output(out) == delivered
