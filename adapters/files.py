@@ -1228,10 +1228,11 @@ class FileOutputAdapter(OutputAdapter):
         except DamagedFile as e:
             raise CheckpointDamageError(
                 f"the progress record {self._sidecar!r} of output file {self._path!r} "
-                f"{e.problem}; expected the record of what the file holds. Fix: delete the "
-                f"record only, keeping {self._path!r}: a query with a checkpoint directory then "
-                "delivers what its commit log does not record as delivered; a query without one "
-                "appends its output after what the file holds"
+                f"{e.problem}; expected the record of what the file holds. Fix: for a query "
+                f"with a checkpoint directory, delete the record only, keeping {self._path!r}: "
+                "the query then delivers what its commit log does not record as delivered. A "
+                "query without one (run()) would append all its output again after what the "
+                "file holds: delete both the file and the record and run it again"
             ) from None
         try:
             state = json.loads(text)
