@@ -561,7 +561,9 @@ class PushInputAdapterFactory(InputAdapterFactory[ConfigT]):
     stall_timeout: ClassVar[float | None] = 60.0
     #: Seconds the engine waits for ``stopped()`` after asking the adapter to stop.
     stop_timeout: ClassVar[float] = 10.0
-    #: True when the input ends (the adapter calls ``stopped()`` by itself).
+    #: True when the input ends (the adapter calls ``stopped()`` by itself). A push source
+    #: cannot say how far it has come, so one that does not end is refused when the query is
+    #: built: a live feed belongs behind a broker (module docstring, "Replay, honestly").
     bounded: ClassVar[bool] = True
 
     @abstractmethod

@@ -89,6 +89,7 @@ def _bind_inputs(query: str, root: Node) -> list[BoundInput]:
             )
         adapter = factory.create(node.config, node.shape)
         check_read_batches(node.name, adapter)
+        _check_ends(node.name, adapter)
         adapter.bound_as(node.name)
         declared = factory.declare_advance_time_properties(node.config, node.shape)
         settings = node.settings or (declared.as_binding() if declared is not None else None)
@@ -233,6 +234,22 @@ def _check_output_names(name: str, output: OutputAdapter, payload: list[str]) ->
         f"columns named otherwise (the payload: {payload}). Fix: rename it at the end of the "
         f"query, e.g. .select(..., F.col({clash!r}).alias({clash + '_value'!r})), or configure "
         "the output's own fields with other names where it allows"
+    )
+
+
+def _check_ends(name: str, adapter: InputAdapter) -> None:
+    """An adapter that does not end (``bounded`` False) must say how far its partitions have
+    come (:meth:`InputAdapter.latest_offsets`): the engine reads a source without offsets to its
+    end, so no epoch over one that never ends would complete."""
+    if adapter.bounded or type(adapter).latest_offsets is not InputAdapter.latest_offsets:
+        return
+    raise QueryBuildError(
+        f"input {name!r}: {type(adapter).__name__} does not end (bounded is False) and cannot "
+        "say how far its partitions have come (it has no latest_offsets()), so the engine would "
+        "read it to an end that never comes and no epoch would complete; expected an input "
+        "that ends, or one that reports its partitions' end offsets as a broker does. Fix: "
+        "put the feed behind a broker (ctistream.adapters.kafka or .eventhubs) and read that, "
+        "or make the adapter end its input (bounded True: a push adapter calls stopped())"
     )
 
 

@@ -757,7 +757,9 @@ def test_the_sidecar_counts_the_output_items_so_a_partial_epoch_is_completed(
     # a sidecar without its checksum header (plain JSON, as earlier versions wrote it, without
     # an item count) is not trusted: refused naming it and the fix, the file left alone
     sidecar.write_text(json.dumps({"epoch": 4, "bytes": len(whole.read_bytes())}))
-    with pytest.raises(CheckpointDamageError, match=r"has no checksum header.*Fix: .*delete the record only"):
+    with pytest.raises(
+        CheckpointDamageError, match=r"has no checksum header.*Fix: .*delete the record only"
+    ):
         FileOutputFactory().create(cfg, EventShape.INTERVAL)
     assert out.read_bytes() == whole.read_bytes()
 

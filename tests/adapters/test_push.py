@@ -272,6 +272,23 @@ def test_a_push_input_without_a_schema_anywhere_fails_when_the_query_is_built(ap
         )
 
 
+class EndlessFactory(ThreadedFactory):
+    bounded: ClassVar[bool] = False  # a live feed: the adapter never calls stopped() itself
+
+
+def test_a_push_input_that_does_not_end_fails_when_the_query_is_built(app):
+    # The engine reads a source without offsets (a push source) to its end: one that never
+    # ends would keep every epoch, run() and start() alike, from completing
+    stream = Stream.create("live", EndlessFactory(), 3, EventShape.POINT)
+    with pytest.raises(QueryBuildError) as got:
+        stream.to_query(
+            app, "endless", MemoryOutputFactory(), MemoryOutputConfig(name="x"), EventShape.POINT
+        )
+    message = str(got.value)
+    assert message.startswith("input 'live': PushInputSource does not end (bounded is False)")
+    assert "Fix: put the feed behind a broker" in message
+
+
 # -- errors a port runs into ------------------------------------------------------------------
 
 
