@@ -39,6 +39,7 @@ from ctistream.engine import (
     point,
 )
 from kafka import KafkaProducer
+from kafka.errors import KafkaError
 from pyspark.sql import functions as F
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -86,14 +87,20 @@ def bind_memory(tpl: QueryTemplate, sink: str) -> QueryBinder:
 
 def publish(bootstrap: str, topic: str) -> None:
     """The sample readings as JSON records, the event time in the ``time`` field."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for seconds, sensor, celsius in READINGS:
-        at = (T0 + timedelta(seconds=seconds)).isoformat()
-        producer.send(
-            topic, json.dumps({"time": at, "sensor": sensor, "celsius": celsius}).encode()
-        )
-    producer.flush()
-    producer.close()
+    try:
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", max_block_ms=10_000)
+        for seconds, sensor, celsius in READINGS:
+            at = (T0 + timedelta(seconds=seconds)).isoformat()
+            producer.send(
+                topic, json.dumps({"time": at, "sensor": sensor, "celsius": celsius}).encode()
+            )
+        producer.flush()
+        producer.close()
+    except KafkaError as e:
+        raise SystemExit(
+            f"cannot publish the sample readings to topic {topic!r} at {bootstrap}: {e}. Fix: "
+            "start the broker (or pass the address of a running one with --bootstrap)"
+        ) from None
 
 
 def bind_kafka(tpl: QueryTemplate, bootstrap: str, source: str, sink: str) -> QueryBinder:
