@@ -172,6 +172,19 @@ _Path = Annotated[str, BeforeValidator(_fspath)]
 # ---------------------------------------------------------------------------------------------
 
 
+def _edges_digest(path: str, size: int) -> str:
+    """The SHA-256 (16 hex digits) of the first and last MiB of the first ``size`` bytes of the
+    file at ``path`` (FileInputAdapter.content)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        digest.update(f.read(min(size, _EDGE_BYTES)))
+        if size > _EDGE_BYTES:
+            start = max(_EDGE_BYTES, size - _EDGE_BYTES)
+            f.seek(start)
+            digest.update(f.read(size - start))
+    return digest.hexdigest()[:16]
+
+
 #: how much of each end of an input file its content digest reads (FileInputAdapter.content)
 _EDGE_BYTES = 1 << 20
 
@@ -468,17 +481,23 @@ class FileInputAdapter(InputAdapter):
 
     def content(self) -> str:
         """Per matched file: its name, size and the SHA-256 of its first and last MiB."""
-        parts = []
-        for path, _ in self._files():
-            size = os.path.getsize(path)
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                digest.update(f.read(_EDGE_BYTES))
-                if size > _EDGE_BYTES:
-                    f.seek(max(_EDGE_BYTES, size - _EDGE_BYTES))
-                    digest.update(f.read())
-            parts.append(f"{os.path.basename(path)} {size} bytes {digest.hexdigest()[:16]}")
-        return "; ".join(parts)
+        return "; ".join(
+            f"{os.path.basename(path)} {os.path.getsize(path)} bytes "
+            f"{_edges_digest(path, os.path.getsize(path))}"
+            for path, _ in self._files()
+        )
+
+    def holds(self, content: str) -> bool:
+        """Whether every file still begins with what :meth:`content` recorded: rows appended to
+        a file since are new input, read after what was read (rows replaced are not)."""
+        files = [path for path, _ in self._files()]
+        recorded = [part.split(" ") for part in content.split("; ")]
+        if [os.path.basename(p) for p in files] != [r[0] for r in recorded]:
+            return False
+        for path, (_, size, _, digest) in zip(files, recorded, strict=True):
+            if os.path.getsize(path) < int(size) or _edges_digest(path, int(size)) != digest:
+                return False
+        return True
 
     def size_hint(self) -> int:
         """At most how many items the files hold: per file its END, and a Parquet file's row

@@ -149,6 +149,12 @@ class InputAdapter(ABC):
         None (the default): not checked."""
         return None
 
+    def holds(self, content: str) -> bool:
+        """Whether the input still holds what :meth:`content` returned then (driver): by
+        default the same content; an adapter whose input may grow at its end (files) accepts
+        what was appended since."""
+        return self.content() == content
+
     def source(self) -> str | None:
         """What this adapter's offsets count in, e.g. ``"Kafka topic 'sensors'"`` (driver): a
         started query's checkpoint records it, and a restart whose input reads another source

@@ -220,8 +220,8 @@ class Streamer:
         by_index = {str(b.spec.index): b for b in self.rt.inputs}
         for i, logged in entry.get("content", {}).items():
             b = by_index[i]
-            now = b.adapter.content()
-            if now != logged:
+            if not b.adapter.holds(logged):
+                now = b.adapter.content()
                 raise EngineError(
                     f"query {self.rt.name!r}: input {b.spec.name!r} changed since epoch {k} read "
                     f"it and delivered its output (then: {logged}; now: {now}); replaying that "
@@ -280,9 +280,10 @@ class Streamer:
         (replayed above if it had not completed), or every input is at CTI +inf. An input that
         ended on its own stays ended either way.
 
-        A query that ended only now, in the epochs this start replayed (an epoch that failed
-        part-way, its cause fixed), is complete, not refused: its output got the rest of that
-        epoch, and the query stays stopped (nothing runs; :meth:`stop` closes it)."""
+        A query whose inputs all ended only now, in an epoch this start replayed (one that
+        failed part-way, its cause fixed; not a stop), is complete, not refused: its output got
+        the rest of that epoch, and the query stays stopped (nothing runs; :meth:`stop` closes
+        it). A stop, asked for by the user, is refused either way once completed."""
         rt, where = self.rt, str(self.dir.path) if self.dir is not None else None
         fix = (
             "Fix: start the query with a new checkpoint directory and a new, empty output (it "
@@ -298,15 +299,15 @@ class Streamer:
             )
             fix += ", or stop it with stop(flush=False) to resume it later"
         elif rt.inputs and all(st.emitted >= MAX_TIME for st in rt._ingress.values()):
+            if last is not None and (self.committed is None or self.committed[0] < last[0]):
+                log.info("query %s: ended in epoch %s, replayed to its end now", rt.name, last[0])
+                self.stopped = True
+                return
             why = (
                 "records that every input ended (all at CTI +inf): nothing read from now on "
                 "could change the output; expected a checkpoint with an input below +inf"
             )
         else:
-            return
-        if last is not None and (self.committed is None or self.committed[0] < last[0]):
-            log.info("query %s: ended in epoch %s, replayed to its end now", rt.name, last[0])
-            self.stopped = True
             return
         raise QueryStoppedError(f"query {rt.name!r}: its checkpoint {where!r} {why}. {fix}")
 
