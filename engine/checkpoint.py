@@ -221,9 +221,20 @@ class CheckpointDir:
                 f"{epoch} {problem}. {why}. Fix: restore the file from a backup, {_FIX_NEW}"
             ) from None
 
-    def commit(self, epoch: int, items: int) -> None:
-        """Record ``epoch`` as delivered, the query's output items through it being ``items``."""
-        write_checked(self.path / "commits" / str(epoch), json.dumps({"items": items}))
+    def commit(self, epoch: int, items: int, ended: list[int]) -> None:
+        """Record ``epoch`` as delivered, the query's output items through it being ``items``,
+        and the inputs at CTI +inf after it (``ended``: their binding indices)."""
+        body = {"items": items, "ended": ended}
+        write_checked(self.path / "commits" / str(epoch), json.dumps(body))
+
+    def ended(self, epoch: int) -> list[int]:
+        """The inputs the commit marker of ``epoch`` records at CTI +inf after it (none when the
+        marker is missing or damaged, or an older version wrote it)."""
+        try:
+            marker = json.loads(read_checked(self.path / "commits" / str(epoch)))
+            return list(marker.get("ended", []))
+        except (FileNotFoundError, DamagedFile, ValueError, AttributeError):
+            return []
 
     def committed(self) -> tuple[int, int] | None:
         """The last epoch whose commit marker verifies and the output items through it, or None.

@@ -218,10 +218,13 @@ class Streamer:
         epoch would number other items as those its output holds. (An epoch that failed is
         replayed over the fixed input: that is how a bad record is fixed.)"""
         by_index = {str(b.spec.index): b for b in self.rt.inputs}
+        assert self.dir is not None
+        ended = self.dir.ended(k)
         for i, logged in entry.get("content", {}).items():
             b = by_index[i]
-            if not b.adapter.holds(logged):
-                now = b.adapter.content()
+            now = b.adapter.content()
+            # grown: new rows, read after the others; but after an end (CTI +inf) none can come
+            if not b.adapter.holds(logged) or (now != logged and int(i) in ended):
                 raise EngineError(
                     f"query {self.rt.name!r}: input {b.spec.name!r} changed since epoch {k} read "
                     f"it and delivered its output (then: {logged}; now: {now}); replaying that "
@@ -473,7 +476,8 @@ class Streamer:
         self.epoch = k + 1
         if self.dir is not None:
             with rt.records.phase("checkpoint"):
-                self.dir.commit(k, rt._egress.released)
+                ended = [i for i, st in rt._ingress.items() if st.emitted >= MAX_TIME]
+                self.dir.commit(k, rt._egress.released, ended)
                 if self.epoch % self.every == 0 or plan["stop"]:
                     self.dir.save_state(k, self._state())
         rt.records.finish(rt)

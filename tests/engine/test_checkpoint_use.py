@@ -196,14 +196,16 @@ def test_a_new_checkpoint_with_an_output_that_holds_items_warns(app, kafka_broke
     ), said
 
 
-@pytest.mark.parametrize("change", ["replaced", "truncated"])
+@pytest.mark.parametrize("change", ["replaced", "truncated", "appended"])
 def test_a_file_changed_under_a_delivered_epoch_is_refused_on_restart(app, tmp_path, change):
     # Epoch 0 reads the file (points 1, 2, 3; a CTI at each start, +inf at its end) and delivers
     # them all; no snapshot yet (every 10 epochs), stopped without flush: a restart replays it.
     # Replaced (points 7, 8) or cut short (points 1, 2), the file would give that epoch other
-    # items under the numbers the output holds: refused, naming the input and the epoch. (Rows
-    # appended are new input, read after the others: test_diagnostics' restart; a failed epoch
-    # is replayed over the fixed file: test_restart's torn line.)
+    # items under the numbers the output holds: refused, naming the input and the epoch. Rows
+    # appended (a point at 4) are new input, read after the others (test_diagnostics' restart),
+    # but this input ended in epoch 0 (its CTI at +inf, committed): they would come after the
+    # end, so they are refused too. (A failed epoch is replayed over the fixed file:
+    # test_restart's torn line.)
     source, out, ckpt = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "ck"
     write_jsonl(source, [{"ts": iso(s), "v": s} for s in (1, 2, 3)])
 
@@ -220,7 +222,7 @@ def test_a_file_changed_under_a_delivered_epoch_is_refused_on_restart(app, tmp_p
     q.stop(flush=False)
     delivered = read_output(out)
     assert [r[2] for r in delivered if r[0] == "INSERT"] == [{"v": 1.0}, {"v": 2.0}, {"v": 3.0}]
-    rows = [7, 8] if change == "replaced" else [1, 2]
+    rows = {"replaced": [7, 8], "truncated": [1, 2], "appended": [1, 2, 3, 4]}[change]
     write_jsonl(source, [{"ts": iso(s), "v": s} for s in rows])
     with pytest.raises(EngineError) as got:
         query().start(trigger=None, checkpoint=ckpt)
