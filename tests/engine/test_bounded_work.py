@@ -464,6 +464,9 @@ def test_a_start_fn_that_maps_a_later_cti_lower_is_refused_naming_the_operator(a
     script.cti("a", 3)
     script.insert("a", point(5, {"k": 1, "v": 2}))
     script.cti("a", 8)
+    plan = AlterEventLifetime(Input("a"), lambda t: 100 - t, 1)
+    with pytest.raises(ValueError, match=r"maps the CTI at 8 ticks to 92, below 97"):
+        run_reference(script, [Binding("a", EXPLICIT, COLUMNS)], plan, EventShape.INTERVAL)
     for epochs in (1, [1, 2, 3]):
         sink = f"falls{epochs!r}"
         stream = Stream.create(

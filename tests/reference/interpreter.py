@@ -993,7 +993,21 @@ def _evaluate(node: Node, inputs: Mapping[str, list[_Row]], dropped: list[int]) 
                 )
             return v
 
-        return _lifetime(_evaluate(node.child, inputs, dropped), checked, duration, dropped)
+        rows = _evaluate(node.child, inputs, dropped)
+        # §5: start_fn non-decreasing; refused where it maps a CTI below an earlier one
+        highest: int | None = None
+        for r in rows:
+            t = r.event.start
+            if r.key is not None or not r.event.is_cti or not _finite(t):
+                continue
+            v = checked(t)
+            if highest is not None and v < highest:
+                raise ValueError(
+                    f"alter_event_lifetime(start_fn, duration={duration_text(duration)!r}): "
+                    f"start_fn maps the CTI at {t} ticks to {v}, below {highest}"
+                )
+            highest = v if highest is None else max(highest, v)
+        return _lifetime(rows, checked, duration, dropped)
     if isinstance(node, Window):
         return _window(node, _evaluate(node.child, inputs, dropped))
     if isinstance(node, Join):
