@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import fnmatch
 import glob
 import hashlib
 import io
@@ -71,6 +72,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from pathlib import PurePath
 from typing import Annotated, Any, ClassVar, Literal
 
 from ctistream.adapters._records import (
@@ -776,6 +778,30 @@ class FileInputAdapter(InputAdapter):
         return pa.RecordBatch.from_pylist([row], schema=pa.schema([*header, *payload]))
 
     # -- helpers ------------------------------------------------------------------------------
+    def reads_file(self, path: str) -> bool:
+        """Whether ``path`` is, or once it exists would be, one of this input's files: the
+        file named, a file directly in the directory named (not a ``.`` or ``_`` name), or a
+        match of the glob."""
+        cfg = self._config
+        pattern = os.path.abspath(os.path.expanduser(cfg.path))
+        if cfg.dead_letter_path and path == os.path.abspath(cfg.dead_letter_path):
+            return False
+        if glob.has_magic(pattern):
+            name, wanted = os.path.basename(path), os.path.basename(pattern)
+            if name.startswith(".") and not wanted.startswith("."):
+                return False  # a glob's wildcards skip hidden names
+            if "**" in pattern:  # any depth (none included) below the part before it
+                head, tail = pattern.split("**", 1)
+                rest = path[len(head) :]
+                return path.startswith(head) and any(
+                    fnmatch.fnmatch(rest, p) for p in ("*" + tail, tail.lstrip(os.sep))
+                )
+            return PurePath(path).match(pattern)
+        if os.path.isdir(pattern):
+            name = os.path.basename(path)
+            return os.path.dirname(path) == pattern and not name.startswith((".", "_"))
+        return path == pattern
+
     def _files(self) -> list[tuple[str, FileFormat]]:
         cfg = self._config
         path = os.path.expanduser(cfg.path)
@@ -1109,12 +1135,17 @@ class FileOutputAdapter(OutputAdapter):
     once; an epoch that failed part-way is completed the same way after the restart. Until then a
     reader of the file may see that tail: readers that must see committed rows only should read
     the first ``L`` bytes. Without a sidecar the adapter starts one at the file's current length
-    (existing content is kept). To start over, delete both files: a sidecar left behind makes a
-    new query skip the items it records.
+    (existing content is kept); a file that does not exist is made at the first delivery. To
+    start over, delete both files: a sidecar left behind makes a new query skip the items it
+    records.
     """
 
     #: each row's own columns, before the payload's (:meth:`_row`)
     own_fields = ("kind", "start", "end", "edge")
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return (os.path.abspath(self._path), os.path.abspath(self._sidecar))
 
     def __init__(self, config: FileOutputConfig, shape: EventShape) -> None:
         self._path = config.path
@@ -1125,12 +1156,11 @@ class FileOutputAdapter(OutputAdapter):
         self._header: list[str] | None = None
         state = self._read_sidecar()
         if state is None:
-            with open(self._path, "ab"):
-                pass
-            self._write_sidecar(None, os.path.getsize(self._path))
+            if os.path.exists(self._path):  # kept: the output starts after it
+                self._write_sidecar(None, os.path.getsize(self._path))
         else:
             self._repair(state[1])
-        if self._format == "csv" and os.path.getsize(self._path) > 0:
+        if self._format == "csv" and os.path.exists(self._path) and os.path.getsize(self._path):
             self._header = _csv_header(self._path)
 
     def progress(self) -> int | None:
@@ -1161,6 +1191,12 @@ class FileOutputAdapter(OutputAdapter):
                 "query, or its sidecar was left by one. Fix: give each query its own output "
                 "file, or delete both files to start over"
             )
+        if state is None and not os.path.exists(self._path):
+            # made at the first delivery, with its record first: a crash while the rows are
+            # written leaves a tail the record does not cover, cut when the adapter is made again
+            with open(self._path, "ab"):
+                pass
+            self._write_sidecar(None, 0)
         # A sidecar deleted under a live adapter: keep what the file holds.
         size = self._repair(state[1] if state is not None else os.path.getsize(self._path))
         rows = [self._row(e) for e in items]

@@ -58,6 +58,7 @@ def bind(spark: SparkSession, name: str, root: Node, output: OutputAdapter) -> B
     # every column the operators name, resolved now: a mistake fails here, not in an epoch
     payload = check_columns(spark, root, {id(b.node): b.schema for b in inputs})[id(root)]
     _check_output_names(name, output, payload.fieldNames())
+    _check_output_files(name, output, inputs)
     return Binding(inputs, order)
 
 
@@ -235,6 +236,22 @@ def _check_output_names(name: str, output: OutputAdapter, payload: list[str]) ->
         f"query, e.g. .select(..., F.col({clash!r}).alias({clash + '_value'!r})), or configure "
         "the output's own fields with other names where it allows"
     )
+
+
+def _check_output_files(name: str, output: OutputAdapter, inputs: list[BoundInput]) -> None:
+    """Refuse an output that writes a file one of the query's inputs reads
+    (:attr:`OutputAdapter.files`, :meth:`InputAdapter.reads_file`): a run, or a restart,
+    would read the query's own output back as input."""
+    for b in inputs:
+        written = next((f for f in output.files if b.adapter.reads_file(f)), None)
+        if written is None:
+            continue
+        raise QueryBuildError(
+            f"query {name!r}: its output writes {written!r}, which input {b.spec.name!r} reads "
+            "(or would read once it exists), so the query would read its own output back as "
+            "input; expected an output outside the input's files. Fix: write the output to "
+            "another directory, or narrow the input's path (a glob such as 'in/*.jsonl')"
+        )
 
 
 def _check_ends(name: str, adapter: InputAdapter) -> None:

@@ -162,6 +162,13 @@ class InputAdapter(ABC):
         checkpoint: no secrets. None (the default): not recorded."""
         return None
 
+    def reads_file(self, path: str) -> bool:
+        """Whether this input reads, or once it exists would read, the local file at absolute
+        ``path`` (driver): a query whose output writes a file its input reads is refused when
+        it is built (a run would read its own output back). False (the default): it reads no
+        local files."""
+        return False
+
     def size_hint(self) -> int | None:
         """At most how many items (events, CTIs, ENDs) a read of every partition from offset 0
         yields, if the driver can tell cheaply after :meth:`partitions` (a script's length,
@@ -354,6 +361,10 @@ class OutputAdapter(ABC):
     #: fields): a query whose payload has a column of one of these names is refused when it is
     #: built, before anything runs.
     own_fields: tuple[str, ...] = ()
+
+    #: The local files this output writes, as absolute paths: a query whose input reads one of
+    #: them (:meth:`InputAdapter.reads_file`) is refused when it is built.
+    files: tuple[str, ...] = ()
 
     def progress(self) -> int | None:
         """How many of the query's output items this output durably holds (driver): the count

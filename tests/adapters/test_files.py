@@ -22,6 +22,7 @@ from ctistream.adapters.files import (
     FileInputAdapter,
     FileInputConfig,
     FileInputFactory,
+    FileOutputAdapter,
     FileOutputConfig,
     FileOutputFactory,
 )
@@ -888,3 +889,89 @@ def test_structs_arrays_and_maps_are_written_as_json_with_their_field_names(
         [row] = list(csv.DictReader(out.read_text().splitlines()))
         got = {k: json.loads(row[k]) for k in expected}
     assert got == expected
+
+
+# -- an output where its input reads ------------------------------------------------------------
+
+
+def test_an_output_its_input_would_read_is_refused_when_built_and_nothing_is_written(
+    app, tmp_path: Path
+) -> None:
+    # A directory input reads every file directly in it (not '.' or '_' names), a glob what
+    # it matches. An output file there would be read back as input: by a later epoch of the
+    # same run (each epoch reads the files as they are then) or by the next run, as events
+    # when its rows carry the input's time column ("start" here, as the output writes).
+    # Refused when the query is built; the output file and its sidecar are not made.
+    from ctistream.bindings import Stream
+
+    inp = tmp_path / "in"
+    (inp / "deep").mkdir(parents=True)
+    write_jsonl(inp / "a.jsonl", [{"start": 1, "v": 1}])
+
+    def build(path: str, out: Path) -> None:
+        config = FileInputConfig(path=path, time_column="start", schema="v bigint")
+        stream = Stream.create("events", FileInputFactory(), config, EventShape.POINT)
+        name = f"own-output-{len(app.queries)}"
+        output = FileOutputConfig(path=str(out))
+        stream.to_query(app, name, FileOutputFactory(), output, EventShape.POINT)
+        app.queries.pop(name)
+
+    refused = [
+        (str(inp), inp / "out.jsonl"),  # the directory's files
+        (str(inp / "*.jsonl"), inp / "out.jsonl"),
+        (str(inp / "a*"), inp / "a.out"),
+        (str(tmp_path / "**" / "*.jsonl"), inp / "deep" / "out.jsonl"),  # any depth
+        (str(inp / "**" / "*.jsonl"), inp / "out.jsonl"),  # depth 0 included
+    ]
+    for path, out in refused:
+        with pytest.raises(QueryBuildError) as got:
+            build(path, out)
+        message = str(got.value)
+        assert f"its output writes {str(out)!r}, which input 'events' reads" in message, path
+        assert "Fix: write the output to another directory, or narrow" in message
+        assert not out.exists() and not Path(f"{out}.epoch").exists()
+
+    accepted = [
+        (str(inp / "*.jsonl"), inp / "deep" / "out.jsonl"),  # a glob's * stays in its directory
+        (str(inp), inp / "_out.jsonl"),  # a directory input skips '_' and '.' names
+        (str(inp / "*.jsonl"), inp / ".out.jsonl"),  # a glob skips hidden names
+        (str(inp / "a.jsonl"), inp / "b.jsonl"),  # a file input reads that file only
+        (str(inp), tmp_path / "out.jsonl"),
+    ]
+    for path, out in accepted:
+        build(path, out)
+        assert not out.exists()  # made at the first delivery
+
+
+def test_an_output_file_is_made_at_its_first_delivery_with_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Making the adapter for a new path writes nothing; the first delivery makes the file and
+    # its record (items null, 0 bytes) before the rows, so that a crash after the rows reached
+    # the file but before the record moved leaves a tail the record does not cover, cut when
+    # the adapter is made again (without that first record the rows would be kept as what the
+    # file held before the query, and delivered again after them).
+    out = tmp_path / "out.jsonl"
+    cfg = FileOutputConfig(path=str(out))
+    sink = FileOutputFactory().create(cfg, EventShape.INTERVAL)
+    assert not out.exists() and not Path(f"{out}.epoch").exists()
+    assert sink.progress() is None
+    records = []
+    real = FileOutputAdapter._write_sidecar
+
+    def crash_after_the_rows(self, items, length, ended=False):
+        if records:  # the record after the rows: the process dies first
+            raise KeyboardInterrupt("killed")
+        records.append((items, length))
+        real(self, items, length, ended)
+
+    monkeypatch.setattr(FileOutputAdapter, "_write_sidecar", crash_after_the_rows)
+    with pytest.raises(KeyboardInterrupt):
+        sink.deliver(0, OUTPUT_ITEMS[:1], 0)
+    monkeypatch.undo()
+    assert records == [(None, 0)] and out.stat().st_size > 0
+    again = FileOutputFactory().create(cfg, EventShape.INTERVAL)
+    assert out.read_bytes() == b"" and again.progress() is None
+    again.deliver(0, OUTPUT_ITEMS, 0)
+    assert again.progress() == len(OUTPUT_ITEMS)
+    assert len(out.read_text().splitlines()) == len(OUTPUT_ITEMS)
