@@ -16,6 +16,8 @@ The fusions, each decided by one function below whose docstring says why it is s
   (:func:`_window_over_join`, :attr:`JoinStep.window`), and its pairs with a side of points
   deferred to one interval (:func:`_points`, :attr:`JoinStep.points`);
 * which sides' keyed CTIs enter a join (:func:`_keyed_sides`, :attr:`JoinStep.keyed_sides`);
+* the query's root window's results released without positions (:func:`_positions_read`,
+  :attr:`engine.operators.window.WindowSpec.placed`);
 * which operators' outputs are checkpointed (:func:`_checkpointed`, :attr:`Step.checkpoint`)
   and whether the next epoch's ingress runs ahead (:attr:`PhysicalPlan.ingress_ahead`).
 
@@ -30,7 +32,7 @@ deliver the same items.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ctistream.engine._spark import ansi_mode, case_sensitive
@@ -295,13 +297,18 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
         for b in binding.order
     )
 
+    specs = {  # each window's, shared by a join that computes its partial aggregates
+        id(node): replace(_window_spec(node), placed=_positions_read(node, root, traced))
+        for node in walk(root)
+        if isinstance(node, WindowNode)
+    }
     steps: list[Step] = []
     for node in walk(root):
         if isinstance(node, InputNode):
             continue
         checkpoint = _checkpointed(node, root, traced)
         if isinstance(node, WindowNode):
-            steps.append(WindowStep(node=node, spec=_window_spec(node), checkpoint=checkpoint))
+            steps.append(WindowStep(node=node, spec=specs[id(node)], checkpoint=checkpoint))
         elif isinstance(node, JoinNode):
             lifetimes = not traced and _lifetimes_only(node, readers)
             steps.append(
@@ -310,7 +317,7 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
                     checkpoint=checkpoint,
                     keyed_sides=_keyed_sides(node),
                     lifetimes_only=lifetimes,
-                    window=_window_over_join(node, readers) if lifetimes else None,
+                    window=_window_over_join(node, readers, specs) if lifetimes else None,
                     points=(_points(node.left, by_node), _points(node.right, by_node)),
                 )
             )
@@ -427,7 +434,9 @@ def _lifetimes_only(node: Node, readers: dict[int, list[Node]]) -> bool:
     return bool(by) and all(isinstance(n, WindowNode) for n in by)
 
 
-def _window_over_join(node: Node, readers: dict[int, list[Node]]) -> WindowSpec | None:
+def _window_over_join(
+    node: Node, readers: dict[int, list[Node]], specs: dict[int, WindowSpec]
+) -> WindowSpec | None:
     """For a join that one window alone reads, that window's spec: the join may compute the
     window's partial aggregates of its pairs with a finite end, as an input's scan does for a
     pushed window, and the window merges them with its open partials
@@ -440,7 +449,7 @@ def _window_over_join(node: Node, readers: dict[int, list[Node]]) -> WindowSpec 
         return None
     if by[0].latest_by:
         return None
-    return _window_spec(by[0])
+    return specs[id(by[0])]
 
 
 def _points(node: Node, inputs: dict[int, BoundInput]) -> bool:
@@ -468,6 +477,17 @@ def _keyed_sides(node: JoinNode) -> tuple[bool, bool]:
         return any(isinstance(n, joins) for n in walk(side))
 
     return (not joins_below(node.left), not joins_below(node.right))
+
+
+def _positions_read(node: Node, root: Node, traced: bool) -> bool:
+    """Whether a reader of ``node``'s output reads its events' positions: every operator does
+    (an event's place among the CTIs decides what it meets and when it is final), egress does
+    not for the events a window makes: it releases an interval or a point at the first CTI
+    above its start (semantics §6), by the CTIs' values, and reads positions of END edges
+    only. So the query's root window does not place its results at the CTIs that complete
+    them (a union with the epoch's CTIs and a sort, in every epoch's last job); a traced run's
+    does (the trace shows each operator's output as it is)."""
+    return node is not root or traced
 
 
 def _checkpointed(node: Node, root: Node, traced: bool) -> bool:

@@ -71,6 +71,7 @@ from ctistream.engine.rows import (
     KEY,
     KIND,
     POS,
+    POS_TYPE,
     START,
     EpochCache,
     Flow,
@@ -145,6 +146,9 @@ class WindowSpec:
     #: the leading keys whose groups each have their own latest finite moment
     #: (:attr:`engine.plan.WindowNode.latest_by`), or ()
     latest_by: tuple[str, ...] = ()
+    #: whether a reader of the results reads their positions (:func:`place_results`): False
+    #: when egress alone reads them (engine.physical._positions_read)
+    placed: bool = True
 
     @property
     def first_ws(self) -> int:
@@ -891,7 +895,8 @@ def _result_rows(
     names = [*spec.keys, *(name for name, _ in spec.aggregates)]
     if spec.per_window is not None:
         names = spec.per_window.names(payload, spec.keys)
-    return place_results(grouped, done_at, start, end, names, ctis, keyed, key)
+    placed = spec.placed or keyed is not None
+    return place_results(grouped, done_at, start, end, names, ctis if placed else None, keyed, key)
 
 
 def place_results(
@@ -900,14 +905,25 @@ def place_results(
     start: str,
     end: str,
     names: list[str],
-    ctis: DataFrame,
+    ctis: DataFrame | None,
     keyed: DataFrame | None = None,
     key: str | None = None,
 ) -> DataFrame:
     """Result rows ``[start, end)``, each at the position of the first CTI with value >=
     ``done_at`` (all three SQL text over ``grouped``): the CTI that completes it. With
     ``keyed`` CTIs, the earlier of that one and the first keyed CTI of the result's ``key`` value
-    with value >= ``done_at``."""
+    with value >= ``done_at``. ``ctis`` None: results completed by this epoch's CTIs that no
+    reader places (egress releases an interval or a point by its start and the values of the
+    CTIs alone, semantics §6), without a position."""
+    if ctis is None:
+        return grouped.selectExpr(
+            f"'{Kind.INSERT}' AS {KIND}",
+            f"CAST(NULL AS STRING) AS {EDGE}",
+            f"{start} AS {START}",
+            f"{end} AS {END}",
+            f"CAST(NULL AS {POS_TYPE.simpleString()}) AS {POS}",
+            *sql_names(names),
+        )
     grouped = grouped.selectExpr("*", f"{done_at} AS __t")
     placed = first_at_or_above_rows(grouped, ctis, None, "__cpos")
     at = "__cpos"

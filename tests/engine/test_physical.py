@@ -75,7 +75,7 @@ def test_a_lookup_join_read_by_a_window_packs_its_data_side_and_hands_the_window
     assert isinstance(join, physical.JoinStep) and isinstance(window, physical.WindowStep)
     # only the window reads the join: intervals where the pair's end is known, and the window's
     # grid (10 every 5) offered to the join; d is all points, r is not
-    assert join.lifetimes_only and join.window == window.spec
+    assert join.lifetimes_only and join.window is window.spec
     assert (window.spec.size, window.spec.hop) == (10, 5)
     assert join.points == (True, False)
     assert join.keyed_sides == (True, True)  # no join below either side
@@ -107,6 +107,25 @@ def test_a_window_that_alone_reads_a_point_input_is_pushed_into_its_scan(app):
     assert scan.pushed is not None and not scan.packed
     [traced_scan] = traced.scans
     assert traced_scan.pushed is None
+
+
+def test_only_a_window_that_an_operator_reads_places_its_results_at_their_ctis(app):
+    # Egress releases an interval or a point at the first CTI above its start, by the CTIs'
+    # values: the root window's results need no position. A window that another operator reads
+    # places them (what an event meets depends on its place among the CTIs), and so does the
+    # root window of a traced run (the trace shows each operator's output as it is).
+    inner = _input("a", EventShape.POINT).tumbling_window(TICK * 10).group_by("k")
+    inner = inner.aggregate(n=F.count("*"))
+    outer = inner.tumbling_window(TICK * 20).group_by("k").aggregate(m=F.sum("n"))
+    plan, traced = _plans(app, outer)
+    first, second = plan.steps
+    assert isinstance(first, physical.WindowStep) and isinstance(second, physical.WindowStep)
+    assert first.spec.placed and not second.spec.placed
+    assert all(step.spec.placed for step in traced.steps)
+    # B2's window, whose partial aggregates the join computes, shares the join's spec
+    lookup, _ = _lookup(app)
+    join, window = lookup.steps
+    assert join.window is window.spec and not window.spec.placed
 
 
 def test_keyed_ctis_do_not_enter_a_join_from_a_side_with_a_join_below_it(app):
