@@ -65,7 +65,8 @@ class Streamer:
         self.rt = runtime
         self.max_offsets = max_offsets_per_epoch
         self.idle_timeout = idle_timeout
-        self._heard: dict[int, float] = {}  # per input: wall clock when it last had new items
+        #: per (input, partition): the wall clock when it last had new items
+        self._heard: dict[tuple[int, int], float] = {}
         self.dir = CheckpointDir(checkpoint) if checkpoint is not None else None
         self.every = checkpoint_every
         self.epoch = 0  # the next epoch's number
@@ -402,29 +403,34 @@ class Streamer:
         return min(highs, default=None)
 
     def _time_driven(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """Time-driven CTIs (ASA's rule, semantics §7): an input that generates its own CTIs
-        and had nothing new for ``idle_timeout`` advances to the estimated arrival time (the
-        wall clock) minus its tolerance (its ordering's late-arrival tolerance, else its CTI
-        generation delay). Per input: ``[value, arrival, offsets]``, one CTI per partition at
-        the partition's next offset; logged with the plan so a replay repeats them."""
+        """Time-driven CTIs (ASA's rule, semantics §7): a partition of an input that generates
+        its own CTIs that had nothing new for ``idle_timeout`` advances to the estimated arrival
+        time (the wall clock) minus the input's tolerance (its ordering's late-arrival
+        tolerance, else its CTI generation delay). Per partition, as §3.5 takes the input's CTI
+        as the minimum over its partitions: one quiet partition would hold it back while the
+        others have news. Per input: ``[value, arrival, offsets]``, a CTI at its next offset
+        per quiet partition (None for the others); logged with the plan so a replay repeats
+        them."""
         out: dict[str, Any] = {}
         if self.idle_timeout is None:
             return out
         now = time.time()
         for b in self.rt.inputs:
             i, spec = b.spec.index, b.spec
-            if any(r is not None for r in inputs[str(i)]) or i not in self._heard:
-                self._heard[i] = now
-                continue
+            quiet = []
+            for p, r in enumerate(inputs[str(i)]):
+                if r is not None or (i, p) not in self._heard:
+                    self._heard[i, p] = now
+                elif now - self._heard[i, p] >= self.idle_timeout:
+                    quiet.append(p)
             gen = spec.settings.generation if spec.settings else None
             ordering = getattr(spec, "ordering", None)
-            if ordering is None and gen is None:
-                continue  # imports its CTIs, or has explicit ones only
-            if now - self._heard[i] < self.idle_timeout:
-                continue
+            if not quiet or (ordering is None and gen is None):
+                continue  # news everywhere; or it imports its CTIs, or has explicit ones only
             tolerance = ordering.late_ticks if ordering is not None else gen.delay_ticks
             ticks = int(now * 1_000_000)
-            out[str(i)] = [ticks - tolerance, max(ticks, self.floor), list(self.next[i])]
+            offsets = [off if p in quiet else None for p, off in enumerate(self.next[i])]
+            out[str(i)] = [ticks - tolerance, max(ticks, self.floor), offsets]
         return out
 
     def _execute(self, k: int, plan: dict[str, Any]) -> None:
@@ -646,11 +652,13 @@ def _at_least(held: int | None, committed: tuple[int, int] | None) -> int | None
     return held
 
 
-def _cti_rows(spark, like, index: int, value: int, arrival: int, offsets: list[int]):
-    """Raw CTI rows at ``value``, one per partition, shaped like ``like``. Their positions have
-    ``sub`` 1, so they never collide with a source item's."""
+def _cti_rows(spark, like, index: int, value: int, arrival: int, offsets: list[int | None]):
+    """Raw CTI rows at ``value``, one per partition with an offset (None: none), shaped like
+    ``like``. Their positions have ``sub`` 1, so they never collide with a source item's."""
     rows = []
     for p, off in enumerate(offsets):
+        if off is None:
+            continue
         row = dict.fromkeys(like.columns)
         row |= {"__kind": Kind.CTI.value, "__start": value, "__arr": arrival, "__inp": index}
         row |= {"__off": off, "__part": p, POS: (arrival, index, off, p, 1)}

@@ -290,6 +290,57 @@ def test_a_quiet_input_advances_by_time_driven_ctis_so_a_join_still_emits(
     assert [p.start for p in pairs] == [to_ticks(now - timedelta(seconds=s)) for s in (5, 4)]
 
 
+def test_a_quiet_partition_gets_time_driven_ctis_while_the_other_has_news(
+    app, kafka_broker, tmp_path
+):
+    # Two partitions, a CTI after every event (delay 0). Partition 1 has one event (id 0),
+    # 10 s ago, then nothing; partition 0 gets an event before every step (ids 1, 2, 3 at
+    # -4 s, -3 s, -2 s). The input's CTI is the minimum over its partitions (§3.5): partition
+    # 1's stays at -10 s, so without time-driven CTIs nothing is ever final (a point is
+    # released by a CTI above its start). With them (§7), partition 1, quiet since the first
+    # step, gets a CTI at the wall clock at the second, while partition 0 still has news: the
+    # input's CTI is then partition 0's, -3 s (releasing ids 0 and 1), then -2 s (id 2).
+    b = kafka_broker.bootstrap
+    every_event = AdvanceTimeSettings(AdvanceTimeGenerationSettings(1, timedelta(0)))
+    released = {}
+    for idle in (None, timedelta(milliseconds=300)):
+        topic = kafka_broker.create_topic(partitions=2)
+        now = datetime.now(UTC)
+        ms = int(now.timestamp() * 1000)
+
+        def send(partition: int, n: int, seconds: int, topic=topic, now=now, ms=ms) -> None:
+            value = json.dumps({"ts": (now + timedelta(seconds=seconds)).isoformat(), "id": n})
+            producer = KafkaProducer(bootstrap_servers=b)
+            try:
+                producer.send(topic, value.encode(), partition=partition, timestamp_ms=ms + n)
+                producer.flush()
+            finally:
+                producer.close()
+
+        name = f"quiet-part-{_tag()}"
+        config = KafkaInputConfig(
+            bootstrap_servers=b, topic=topic, schema="id int", time_field="ts"
+        )
+        stream = Stream.create("events", KafkaInputFactory(), config, EventShape.POINT, every_event)
+        out = MemoryOutputConfig(name=name)
+        q = stream.to_query(app, name, MemoryOutputFactory(), out, EventShape.POINT)
+        q.start(trigger=None, checkpoint=tmp_path / name, idle_timeout=idle)
+        send(1, 0, -10)
+        for n in (1, 2, 3):
+            send(0, n, n - 5)
+            q.step()
+            time.sleep(0.4)
+        collected = MemoryOutputFactory.collected(name)
+        released[idle] = [e.payload["id"] for e in collected if e.kind is EventKind.INSERT]
+        q.stop(flush=False)
+        logged = json.loads(read_checked(tmp_path / name / "offsets" / "1.json"))
+    assert released[None] == []
+    assert released[timedelta(milliseconds=300)] == [0, 1, 2]
+    # partition 1's CTI is in the second epoch's offset log (for replay), not partition 0's
+    offsets = logged["ctis"]["0"][2]
+    assert offsets[0] is None and offsets[1] is not None
+
+
 def test_a_checkpoint_of_another_query_shape_is_refused_with_a_fix(app, tmp_path):
     tag = _tag()
     q = _memory_query(app, f"ck-{tag}")
