@@ -445,19 +445,26 @@ def _not_found(error: BaseException) -> bool:
 
 
 def _failure(
-    cfg: EventHubConnectionConfig, what: str, error: BaseException, after: str
+    cfg: EventHubConnectionConfig,
+    what: str,
+    error: BaseException,
+    after: str,
+    *,
+    hub: str | None = None,
+    named_by: str = "eventhub_name / EntityPath",
 ) -> Exception:
-    """The clear error for a client failure that the retries did not cure."""
+    """The clear error for a client failure that the retries did not cure, of a client of
+    event hub ``hub`` (default: the config's), which the config's ``named_by`` names."""
     from azure.eventhub.exceptions import AuthenticationError
 
     cause = error.error if isinstance(error, _ClientFailed) else error
     text = f"{type(cause).__name__}: {' '.join(str(cause).split())}"
-    where = f"event hub {cfg.hub!r} at {cfg.endpoint}"
+    where = f"event hub {hub or cfg.hub!r} at {cfg.endpoint}"
     if _not_found(cause):
         return EventHubNotFoundError(
             f"cannot {what}: {where} was not found ({text}). Expected an existing event hub "
-            "(and partition). Fix: create it, or correct eventhub_name / EntityPath and the "
-            f"partition id. {after}"
+            f"(and partition). Fix: create it, or correct {named_by} and the partition id. "
+            f"{after}"
         )
     if isinstance(cause, AuthenticationError):
         return EventHubsAdapterError(
@@ -868,8 +875,10 @@ class _DeadLetters(DeadLetters["EventData"]):
     letters of one partition stay in order (executor)."""
 
     def __init__(self, cfg: EventHubInputConfig, partition: str) -> None:
+        hub = cfg.dead_letter_eventhub
+        fail = partial(_failure, cfg, hub=hub, named_by="dead_letter_eventhub")
         super().__init__(
-            _retries(cfg),
+            replace(_retries(cfg), fail=fail),
             "This run delivers nothing read after the last committed sequence number.",
         )
         self._cfg = cfg

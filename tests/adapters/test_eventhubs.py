@@ -324,6 +324,23 @@ def test_a_missing_hub_is_named_with_the_fix(hubs):
         a.partitions()
 
 
+def test_a_missing_dead_letter_hub_is_named_with_its_setting(hubs):
+    # The source hub exists; the dead-letter hub does not: the error names the dead-letter hub
+    # as the missing one and dead_letter_eventhub as what to correct (it named the source hub
+    # and eventhub_name, which are right).
+    hub = new_hub(hubs)
+    hubs.append(hub, 0, {"ts": iso(1), "id": 1, "v": 1.0})
+    hubs.append(hub, 0, b"not json")
+    a = adapter(hubs, hub, time_field="ts", dead_letter_eventhub="no-such-dead-hub")
+    a.partitions()
+    with pytest.raises(EventHubNotFoundError) as got:
+        list(a.read("0", 0))
+    message = str(got.value)
+    assert "dead-letter event hub 'no-such-dead-hub': event hub 'no-such-dead-hub' at" in message
+    assert "Fix: create it, or correct dead_letter_eventhub" in message
+    assert f"{hub!r} at" not in message
+
+
 # -- output ------------------------------------------------------------------------------------
 
 EPOCH0 = [point(at(1), {"id": 1, "v": 1.0}), cti(at(1))]
