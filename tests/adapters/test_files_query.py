@@ -69,7 +69,8 @@ def test_two_files_are_two_partitions_and_the_input_cti_is_their_minimum(app, tm
     config = FileInputConfig(
         path=str(tmp_path / "*.jsonl"), time_column="ts", advance_time=EVERY_EVENT
     )
-    out = tmp_path / f"out{epochs}.jsonl"
+    (tmp_path / "out").mkdir()  # not where the input's glob reads
+    out = tmp_path / "out" / f"out{epochs}.jsonl"
     run(app, "files", config, out, epochs)
     # Row i of every file arrives at i: a1 b1.5 | a2 b2.5 | a3, end of b | end of a. Each file's
     # CTI follows its own events; the input's CTI is the smaller of the two.
