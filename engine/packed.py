@@ -71,8 +71,14 @@ def unpack(value: Any) -> pa.Table:
 
 def unpacked(packed: DataFrame, events: StructType) -> DataFrame:
     """The events packed in ``packed``'s :data:`ARROW` column as rows of schema ``events``
-    (``__kind`` INSERT, ``__edge`` null, then the packed columns): lazy, one Arrow function."""
+    (``__kind`` INSERT, ``__edge`` null, then the packed columns): lazy, one Arrow function.
+    Every batch is cast to ``events``' Arrow schema: values packed by an input's scan and
+    values packed from Spark's rows (a lookup join's held events) differ in the nullability of
+    nested fields, and one function hands Spark batches of one schema."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     names = events.fieldNames()
+    schema = to_arrow_schema(events, timezone="UTC")
 
     def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
@@ -87,7 +93,7 @@ def unpacked(packed: DataFrame, events: StructType) -> DataFrame:
                     }
                     yield pa.RecordBatch.from_arrays(
                         [columns[c] if c in columns else t.column(c) for c in names], names=names
-                    )
+                    ).cast(schema)
 
     return packed.select(ARROW).mapInArrow(rows, events)
 

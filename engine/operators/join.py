@@ -674,7 +674,8 @@ def join(
             fits = held_rows + new_rows <= LOOKUP_ROWS
             limit = None
     if big is None or fits is False:
-        found = collect_ctis(tagged, state.latest, search=edges, limit=None)
+        # a lookup join merges both sides' CTIs on the driver: every one, edges or not
+        found = collect_ctis(tagged, state.latest, search=edges or big is not None, limit=None)
     elif not (left, right)[1 - big].edges:  # its events and both sides' CTIs in one job
         small, found = _collected(sent(1 - big), tagged, state.latest, limit)
     else:  # the same, its END edges matched on the driver

@@ -21,6 +21,7 @@ from ctistream.engine import (
     EventShape,
     MalformedRecordError,
     WindowOutput,
+    cti,
     edge_end,
     edge_start,
     interval,
@@ -623,6 +624,88 @@ def test_a_lookup_join_pairs_packed_events_as_the_reference_does(
     _agree(app, case, plan, build, shape, cuts)
     if mode != "mixed":
         assert bool(calls) == (mode == "collected")
+
+
+@pytest.mark.parametrize("shape", [EventShape.INTERVAL, EventShape.POINT])
+def test_a_lookup_join_over_its_limit_without_edges_still_emits_its_ctis(app, shape, monkeypatch):
+    # A reference side without edges (intervals or points) over LOOKUP_ROWS: the join pairs by
+    # cogroup, and merges both sides' CTIs on the driver as a lookup join does; it collected
+    # only their latest (nothing to search without edges), so it emitted no CTI and the query
+    # delivered nothing at all. Worked by hand: a's point at 2 raises a's CTI to 2 (every
+    # event, delay 0), which b imports; the join's CTI is min(2, 2) = 2, then +inf at the end
+    # (a flushes). The point meets both of b's events (both hold 2): two pairs [2, 3),
+    # released by the CTI above 2, ordered by their payload.
+    script = EventScript()
+    first, second = (
+        (interval(0, 10, {"k": 1, "v": 10}), interval(1, 11, {"k": 1, "v": 11}))
+        if shape is EventShape.INTERVAL
+        else (point(2, {"k": 1, "v": 10}), point(2, {"k": 1, "v": 11}))
+    )
+    script.insert("b", first)
+    script.insert("b", second)
+    script.insert("a", point(2, {"k": 1, "v": 1}))
+    every = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(1, TICK * 0, True), policy=AdvanceTimePolicy.DROP
+    )
+    imports = AdvanceTimeSettings(
+        import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.DROP
+    )
+    case = Case(script, {"a": EventShape.POINT, "b": shape}, {"a": every, "b": imports}, 3)
+    monkeypatch.setattr(join_operator, "LOOKUP_ROWS", 1)  # b's 2 events are over it
+    plan = Join(Input("a"), Input("b"), ("k",))
+    pair = {"k": 1, "v": 1, "right_k": 1}
+    assert run_reference(case.script, _bindings(case), plan, EventShape.POINT).output == [
+        cti(2),
+        point(2, {**pair, "right_v": 10}),
+        point(2, {**pair, "right_v": 11}),
+        cti(MAX_TIME),
+    ]
+    build = lambda s: s["a"].join(s["b"], on="k")  # noqa: E731
+    _agree(app, case, plan, build, EventShape.POINT, [], [2])
+
+
+def test_a_lookup_join_that_changes_its_way_of_pairing_twice_matches_the_reference(
+    app, spark, monkeypatch
+):
+    # LOOKUP_ROWS 1, one shuffle partition. Epoch 0: the reference b has 3 events, over the
+    # limit: the join pairs by cogroup and keeps a's events that can still meet one as rows.
+    # Epoch 1: b holds one event: the packed path, which packs a's held rows beside the scan's
+    # packed events and hands both back packed. Epoch 2: b has 2 new events: cogroup again,
+    # which unpacks both kinds of values in one task. Their __pos structs differed in the
+    # nullability of their fields, and the epoch failed ("Tried to write record batch with
+    # different schema"), for this cut only.
+    script = EventScript()
+    script.insert("b", edge_start(0, {"k": 1, "v": 15}))
+    script.insert("b", edge_start(0, {"k": 2, "v": 25}))
+    script.insert("b", edge_end(0, 1, {"k": 2, "v": 25}))
+    script.insert("a", interval(1, 100, {"k": 1, "v": 50}))  # CTI 1
+    script.insert("a", interval(1, 100, {"k": 1, "v": 75}))
+    script.insert("a", interval(1, 100, {"k": 2, "v": 87}))
+    script.insert("a", interval(2, 100, {"k": 1, "v": 25}))  # CTI 2
+    script.insert("a", interval(2, 100, {"k": 1, "v": 37}))
+    script.insert("b", edge_start(3, {"k": 3, "v": 35}))
+    script.insert("b", edge_start(3, {"k": 4, "v": 45}))
+    every = AdvanceTimeSettings(
+        AdvanceTimeGenerationSettings(1, TICK * 0, True), policy=AdvanceTimePolicy.DROP
+    )
+    imports = AdvanceTimeSettings(
+        import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.ADJUST
+    )
+    shapes = {"a": EventShape.INTERVAL, "b": EventShape.EDGE}
+    case = Case(script, shapes, {"a": every, "b": imports}, 10)
+    monkeypatch.setattr(join_operator, "LOOKUP_ROWS", 1)
+    ways = []
+    real = join_operator._lookup_pairs
+    monkeypatch.setattr(join_operator, "_lookup_pairs", lambda *a: ways.append(1) or real(*a))
+    plan = Join(Input("a"), Input("b"), ("k",))
+    build = lambda s: s["a"].join(s["b"], on="k")  # noqa: E731
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    try:
+        _agree(app, case, plan, build, EventShape.INTERVAL, [], [6, 8])
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert ways == [1]  # the cut run paired by the packed path once: its epoch 1
 
 
 @pytest.mark.parametrize("pushed", [False, True])
