@@ -308,6 +308,7 @@ class CheckpointDir:
         every snapshot is damaged, raises :class:`CheckpointDamageError`."""
         snaps = self._snapshots()
         damaged: list[str] = []
+        passed: list[tuple[int, str]] = []  # damaged newer snapshots, said once one is intact
         for n, epoch in enumerate(reversed(snaps)):
             base = self.path / "state" / str(epoch)
             try:
@@ -321,18 +322,20 @@ class CheckpointDir:
                 )
                 damaged.append(problem)
                 if n + 1 < len(snaps):
-                    before = snaps[-n - 2]
-                    warn_damage(
-                        f"checkpoint {str(self.path)!r}: the state snapshot of epoch {epoch} is "
-                        f"damaged ({problem}); restoring the snapshot of epoch {before} instead "
-                        f"and replaying the epochs after it from the offset log"
-                    )
+                    passed.append((epoch, problem))
                 elif len(damaged) < len(snaps):  # a newer one was passed over: say why not this
                     warn_damage(
                         f"checkpoint {str(self.path)!r}: the state snapshot of epoch {epoch}, "
                         f"the oldest kept, is damaged ({problem}); it cannot be restored"
                     )
                 continue
+            for newer, problem in passed:
+                warn_damage(
+                    f"checkpoint {str(self.path)!r}: the state snapshot of epoch {newer} is "
+                    f"damaged ({problem}); restoring the snapshot of epoch {epoch} instead "
+                    f"and replaying the epochs after it from the offset log"
+                )
+            passed.clear()
             yield epoch, self._load(spark, epoch, base, json.loads(text))
         if damaged and len(damaged) == len(snaps):
             raise CheckpointDamageError(

@@ -200,3 +200,29 @@ def test_a_damaged_stop_entry_is_refused_not_taken_for_a_pause(app, kafka_broker
     text = str(error.value)
     assert str(entry) in text and "stopped with flush" in text and "Fix: " in text
     assert out.read_bytes() == delivered
+
+
+def test_with_every_snapshot_damaged_the_start_is_refused_without_promising_a_restore(
+    app, crashed, tmp_path
+):
+    # Both snapshots kept (epochs 5 and 2) damaged: the start is refused naming both, and no
+    # warning says an older snapshot is restored instead (one used to, before the older one
+    # was checked and found damaged too). Nothing is delivered.
+    b, topic, copy, _ = crashed
+    run = tmp_path / "run"
+    shutil.copytree(copy, run)
+    newest = _target(run, "state")
+    oldest = max((run / "ck" / "state" / "2").rglob("part-*"), key=lambda p: p.stat().st_size)
+    for part in (newest, oldest):
+        _damage(part, "garble")
+    before = (run / "out.jsonl").read_bytes()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(CheckpointDamageError) as error:
+            _start(_query(app, b, topic, run / "out.jsonl"), run / "ck")
+    message = str(error.value)
+    assert "no state snapshot is intact" in message
+    assert str(newest) in message and str(oldest) in message and "Fix: " in message
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert not any("instead" in s for s in said), said
+    assert (run / "out.jsonl").read_bytes() == before
