@@ -146,6 +146,7 @@ __all__ = [
     "EventHubOutputConfig",
     "EventHubOutputFactory",
     "EventHubsAdapterError",
+    "EventHubsDataLossError",
     "EventHubsUnavailableError",
 ]
 
@@ -186,6 +187,10 @@ class EventHubsUnavailableError(EventHubsAdapterError, ConnectionError):
 
 class EventHubNotFoundError(EventHubsAdapterError, LookupError):
     """The event hub (or the output partition) does not exist in the namespace."""
+
+
+class EventHubsDataLossError(EventHubsAdapterError):
+    """A partition no longer holds events the query reads on from: they expired first."""
 
 
 class _ClientFailed(Exception):
@@ -701,12 +706,14 @@ class EventHubInputAdapter(InputAdapter):
     # -- executor -----------------------------------------------------------------------------
     def read(self, partition: str, start_offset: int) -> Iterator[SourceItem]:
         """Yield the items of partition ``partition`` from sequence number ``start_offset``
-        (inclusive; or the first retained event) up to the snapshot.
+        (inclusive; 0: the first retained event) up to the snapshot.
 
         Deterministic while the events are retained: the same partition and sequence number give
-        the same items. Raises :class:`MalformedRecordError` at a malformed event (unless it is
-        dead-lettered) after yielding every item before it, and :class:`EventHubsUnavailableError`
-        when the endpoint cannot be reached (or stops answering) after every retry.
+        the same items. Raises :class:`EventHubsDataLossError` when events from ``start_offset``
+        (above 0) on expired before this read, :class:`MalformedRecordError` at a malformed
+        event (unless it is dead-lettered) after yielding every item before it, and
+        :class:`EventHubsUnavailableError` when the endpoint cannot be reached (or stops
+        answering) after every retry.
         """
         cfg = self._config
         what = f"read partition {partition!r} of event hub {cfg.hub!r} from sequence number"
@@ -737,9 +744,13 @@ class EventHubInputAdapter(InputAdapter):
                 first = retries.call(
                     f"{what} {next_seq}", after, lambda: _snapshot_one(cfg, partition, begin=True)
                 )
+                if first > next_seq > 0:
+                    raise self._lost(partition, next_seq, min(first, end + 1))
                 if first > end:
-                    return  # what was left expired from the hub meanwhile
+                    return  # a read from the start: nothing up to the snapshot is held
             for event in _receive(cfg, partition, next_seq, end, cfg.max_batch_size):
+                if event.sequence_number > next_seq > 0:  # sequence numbers have no gaps
+                    raise self._lost(partition, next_seq, event.sequence_number)
                 ticks = _enqueued_ticks(event)
                 if ticks is not None:
                     high = ticks if high is None else max(high, ticks)
@@ -840,6 +851,19 @@ class EventHubInputAdapter(InputAdapter):
                 'send each event as {"field": value, ...}',
             )
         return fields
+
+    def _lost(self, partition: str, first: int, after: int) -> EventHubsDataLossError:
+        """The error for events ``first`` .. ``after - 1`` of ``partition`` gone before they
+        were read (semantics §9: a replay reads the offsets the checkpoint logged)."""
+        return EventHubsDataLossError(
+            f"partition {partition!r} of event hub {self._config.hub!r} no longer holds "
+            f"sequence numbers {first} to {after - 1}: they expired (the event hub's retention) "
+            "before the query read them; expected every event from the sequence number the "
+            "query reads on from (its last epoch's, or its checkpoint's). Reading on from the "
+            "first event held would lose them without a word. Fix: start the query on a new "
+            "checkpoint directory to read on from what the hub holds (those events are lost "
+            "to it), and keep events longer than the query may be stopped (the retention)"
+        )
 
     def _message(self, partition: str, event: EventData, bad: _Bad) -> str:
         ticks = _enqueued_ticks(event)

@@ -127,6 +127,7 @@ __all__ = [
     "KIND_HEADER",
     "KafkaAdapterError",
     "KafkaConnectionConfig",
+    "KafkaDataLossError",
     "KafkaInputAdapter",
     "KafkaInputConfig",
     "KafkaInputFactory",
@@ -175,6 +176,10 @@ class KafkaAdapterError(EngineError):
 
 class KafkaUnavailableError(KafkaAdapterError, ConnectionError):
     """No broker answered (or kept answering) after every configured attempt."""
+
+
+class KafkaDataLossError(KafkaAdapterError):
+    """A partition no longer holds records the query reads on from: they were deleted first."""
 
 
 class KafkaTopicNotFoundError(KafkaAdapterError, LookupError):
@@ -735,13 +740,15 @@ class KafkaInputAdapter(InputAdapter):
 
     # -- executor -----------------------------------------------------------------------------
     def read(self, partition: str, start_offset: int) -> Iterator[SourceItem]:
-        """Yield the items of Kafka partition ``partition`` from offset
-        ``max(start_offset, first offset in the log)`` up to the end-offset snapshot.
+        """Yield the items of Kafka partition ``partition`` from offset ``start_offset`` (0:
+        the first offset in the log) up to the end-offset snapshot.
 
         Deterministic for an unchanged log: the same partition and offset give the same items.
-        Raises :class:`MalformedRecordError` at a malformed record (unless it is dead-lettered)
-        after yielding every item before it, and :class:`KafkaUnavailableError` when the broker
-        cannot be reached (or stops answering) after every attempt.
+        Raises :class:`KafkaDataLossError` when records from ``start_offset`` (above 0) on were
+        deleted before this read, :class:`MalformedRecordError` at a malformed record (unless
+        it is dead-lettered) after yielding every item before it, and
+        :class:`KafkaUnavailableError` when the broker cannot be reached (or stops answering)
+        after every attempt.
         """
         from kafka import TopicPartition
 
@@ -778,7 +785,20 @@ class KafkaInputAdapter(InputAdapter):
                         cfg.request_timeout,
                         confirm=cfg.isolation_level == "read_uncommitted",
                     )[tp]
-                next_offset = max(next_offset, int(consumer.beginning_offsets([tp])[tp]))
+                begin = int(consumer.beginning_offsets([tp])[tp])
+                if begin > next_offset > 0:  # a read from the start takes the first one held
+                    raise KafkaDataLossError(
+                        f"partition {partition} of Kafka topic {cfg.topic!r} no longer holds "
+                        f"offsets {next_offset} to {begin - 1}: they were deleted (the topic's "
+                        "retention, or a delete of records) before the query read them; "
+                        "expected every record from the offset the query reads on from (its "
+                        "last epoch's, or its checkpoint's). Reading on from the first record "
+                        "held would lose them without a word. Fix: start the query on a new "
+                        "checkpoint directory to read on from what the topic holds (those "
+                        "records are lost to it), and keep records longer than the query may "
+                        "be stopped (retention.ms)"
+                    )
+                next_offset = max(next_offset, begin)
                 for record in _fetch(
                     consumer, tp, next_offset, end, cfg.request_timeout, cfg.max_poll_records
                 ):

@@ -31,6 +31,7 @@ from ctistream.adapters.eventhubs import (
     EventHubOutputConfig,
     EventHubOutputFactory,
     EventHubsAdapterError,
+    EventHubsDataLossError,
     EventHubsUnavailableError,
 )
 from ctistream.adapters.memory import (
@@ -322,6 +323,26 @@ def test_a_missing_hub_is_named_with_the_fix(hubs):
     a = adapter(hubs, "no-such-hub")
     with pytest.raises(EventHubNotFoundError, match=r"'no-such-hub' at sb://127\.0\.0\.1:.* Fix"):
         a.partitions()
+
+
+def test_events_expired_before_a_read_from_past_the_start_are_an_error_not_skipped(hubs):
+    # Ten events; the hub's retention drops sequence numbers 0 to 6. A read from the start
+    # (offset 0: a partition the query has read nothing from) begins at the first event held.
+    # A read from 4 (where a query's checkpoint says it goes on) would skip 4 to 6 without a
+    # word: it is refused naming them and the fix. A read from 7 on is whole.
+    hub = new_hub(hubs)
+    for n in range(10):
+        hubs.append(hub, 0, {"ts": iso(n), "id": n, "v": float(n)})
+    hubs.expire(hub, 0, 7)
+    a = adapter(hubs, hub, time_field="ts")
+    a.partitions()
+    assert [i.offset for i in a.read("0", 0)] == [7, 8, 9]
+    assert [i.offset for i in a.read("0", 7)] == [7, 8, 9]
+    with pytest.raises(EventHubsDataLossError) as got:
+        list(a.read("0", 4))
+    message = str(got.value)
+    assert f"partition '0' of event hub {hub!r} no longer holds sequence numbers 4 to 6" in message
+    assert "Fix: start the query on a new checkpoint directory" in message
 
 
 def test_a_missing_dead_letter_hub_is_named_with_its_setting(hubs):

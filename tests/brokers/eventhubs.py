@@ -134,6 +134,7 @@ class EventHubsEndpoint:
         self._hubs: dict[str, list[list[StoredEvent]]] = {}
         self._created: dict[str, int] = {}
         self._round_robin: dict[str, int] = {}
+        self._begin: dict[tuple[str, int], int] = {}  # the first sequence number retained
         self._lock = threading.Lock()
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._server.getsockname()[1]
@@ -167,6 +168,17 @@ class EventHubsEndpoint:
         data = data.encode() if isinstance(data, str) else data
         raw = encode_payload(bytearray(), Message(application_properties=properties, data=[data]))
         return self._store(hub, int(partition), bytes(raw), _ms(enqueued_time))
+
+    def expire(self, hub: str, partition: int | str, before: int) -> None:
+        """Drop the events of one partition with sequence numbers below ``before``, as the
+        hub's retention does: no receiver gets them, the partition's properties begin after."""
+        with self._lock:
+            self._begin[hub, int(partition)] = before
+
+    def begin(self, hub: str, partition: int | str) -> int:
+        """The first sequence number the partition still holds (:meth:`expire`)."""
+        with self._lock:
+            return self._begin.get((hub, int(partition)), 0)
 
     def events(self, hub: str, partition: int | str, start: int = 0, count: int = -1) -> list:
         """The stored events of one partition (``count`` of them from index ``start``)."""
@@ -407,7 +419,7 @@ class _Connection:
         text = " ".join(bytes(v).decode() for v in (filters or {}).values() if v)
         m = _SELECTOR.search(text)
         if m is None:
-            return 0
+            return self.endpoint.begin(hub, partition)
         what, op, bound = m.groups()
         if bound == "@latest":
             return len(events)
@@ -420,7 +432,8 @@ class _Connection:
         admitted = (
             (lambda e: key(e) >= int(bound)) if op == ">=" else (lambda e: key(e) > int(bound))
         )
-        return next((i for i, e in enumerate(events) if admitted(e)), len(events))
+        first = next((i for i, e in enumerate(events) if admitted(e)), len(events))
+        return max(first, self.endpoint.begin(hub, partition))
 
     def _grant(self, channel: int, session: _Session, link: _Link) -> None:
         """Give a client's sender link credit (and the session window) to send on."""
@@ -500,18 +513,19 @@ class _Connection:
         if not partition.isdigit() or int(partition) >= count:
             return 404, None
         events = self.endpoint.events(hub, partition)
+        begin = self.endpoint.begin(hub, partition)
         last = events[-1] if events else None
         return 200, {
             "name": hub,
             "type": "com.microsoft:partition",
             "partition": partition,
-            "begin_sequence_number": _typed(AMQPTypes.long, 0),
+            "begin_sequence_number": _typed(AMQPTypes.long, begin),
             "last_enqueued_sequence_number": _typed(
                 AMQPTypes.long, last.sequence_number if last else -1
             ),
             "last_enqueued_offset": last.offset if last else "-1",
             "last_enqueued_time_utc": _typed(AMQPTypes.timestamp, last.enqueued_ms if last else 0),
-            "is_partition_empty": last is None,
+            "is_partition_empty": len(events) <= begin,
         }
 
     def _pump(self) -> None:
@@ -519,6 +533,8 @@ class _Connection:
         for channel, session in list(self.sessions.items()):
             for link in list(session.links.values()):
                 if link.sending and link.hub is not None and link.credit > 0:
+                    begin = self.endpoint.begin(link.hub, link.partition)
+                    link.position = max(link.position, begin)
                     events = self.endpoint.events(
                         link.hub, link.partition, link.position, link.credit
                     )
