@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ctistream.engine.ctis import first_at_or_above
+from ctistream.engine.ctis import first_at_or_above, rising
 from ctistream.engine.events import EdgeType, Event, EventKind, EventShape
 from ctistream.engine.rows import CTI, EDGE, END, KEY, POS, START, Flow, sql_names
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
@@ -183,7 +183,9 @@ def egress_epoch(
 
     # Release points in position order: the CTIs and (after a CTI at the same position) the
     # keyed CTIs, each with the positions and values of its timeline for the binary searches.
-    cuts = sorted((r[4], r[3]) for r in rows if r[-1] == 0)
+    # each CTI above every one before it (§5: a CTI is emitted only when it rises; the root
+    # window hands on its CTIs unfiltered: engine.physical._egress_reads)
+    cuts = rising(sorted((r[4], r[3]) for r in rows if r[-1] == 0), state.last_cti)
     timelines: dict[Any, tuple[list, list]] = {None: ([p for p, _ in cuts], [c for _, c in cuts])}
     points = [(p, 0, (), c, None) for p, c in cuts]
     if k_at is not None:

@@ -16,8 +16,8 @@ The fusions, each decided by one function below whose docstring says why it is s
   (:func:`_window_over_join`, :attr:`JoinStep.window`), and its pairs with a side of points
   deferred to one interval (:func:`_points`, :attr:`JoinStep.points`);
 * which sides' keyed CTIs enter a join (:func:`_keyed_sides`, :attr:`JoinStep.keyed_sides`);
-* the query's root window's results released without positions (:func:`_positions_read`,
-  :attr:`engine.operators.window.WindowSpec.placed`);
+* the query's root window's results and CTIs handed to egress as egress reads them
+  (:func:`_egress_reads`, :attr:`engine.operators.window.WindowSpec.egress_only`);
 * which operators' outputs are checkpointed (:func:`_checkpointed`, :attr:`Step.checkpoint`)
   and whether the next epoch's ingress runs ahead (:attr:`PhysicalPlan.ingress_ahead`).
 
@@ -298,7 +298,7 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
     )
 
     specs = {  # each window's, shared by a join that computes its partial aggregates
-        id(node): replace(_window_spec(node), placed=_positions_read(node, root, traced))
+        id(node): replace(_window_spec(node), egress_only=_egress_reads(node, root, traced))
         for node in walk(root)
         if isinstance(node, WindowNode)
     }
@@ -479,15 +479,16 @@ def _keyed_sides(node: JoinNode) -> tuple[bool, bool]:
     return (not joins_below(node.left), not joins_below(node.right))
 
 
-def _positions_read(node: Node, root: Node, traced: bool) -> bool:
-    """Whether a reader of ``node``'s output reads its events' positions: every operator does
-    (an event's place among the CTIs decides what it meets and when it is final), egress does
-    not for the events a window makes: it releases an interval or a point at the first CTI
-    above its start (semantics §6), by the CTIs' values, and reads positions of END edges
-    only. So the query's root window does not place its results at the CTIs that complete
-    them (a union with the epoch's CTIs and a sort, in every epoch's last job); a traced run's
-    does (the trace shows each operator's output as it is)."""
-    return node is not root or traced
+def _egress_reads(node: Node, root: Node, traced: bool) -> bool:
+    """Whether egress alone reads ``node``'s output: the query's root, untraced (the trace shows
+    each operator's output as it is). Egress releases an interval or a point at the first CTI
+    above its start (semantics §6), by the CTIs' values, reading positions of END edges only,
+    and emits a CTI only when it rises (:func:`engine.ctis.rising`, on the driver); an operator
+    reads an event's position (its place among the CTIs decides what it meets and when it is
+    final) and takes the CTIs as they rise. So a root window neither places its results at the
+    CTIs that complete them nor filters its CTIs to those that rise: in every epoch, a union
+    with the CTIs and two sorts fewer in its last job, and fewer plans to build."""
+    return node is root and not traced
 
 
 def _checkpointed(node: Node, root: Node, traced: bool) -> bool:

@@ -146,9 +146,12 @@ class WindowSpec:
     #: the leading keys whose groups each have their own latest finite moment
     #: (:attr:`engine.plan.WindowNode.latest_by`), or ()
     latest_by: tuple[str, ...] = ()
-    #: whether a reader of the results reads their positions (:func:`place_results`): False
-    #: when egress alone reads them (engine.physical._positions_read)
-    placed: bool = True
+    #: whether egress alone reads the window's output (the query's root, untraced:
+    #: engine.physical._egress_reads): it releases an interval or a point by its start and the
+    #: CTIs' values, and emits a CTI only when it rises, so the results are not placed at the
+    #: CTIs that complete them (:func:`place_results`) and the CTIs are not filtered to those
+    #: that rise (:func:`engine.ctis.rising_rows`)
+    egress_only: bool = False
 
     @property
     def first_ws(self) -> int:
@@ -471,9 +474,9 @@ def window_aggregate(
     results = _result_rows(grouped, spec, ctis, keyed, key, payload)
 
     pulled = spec.pulled(c_last) if c_last != MIN_TIME else MIN_TIME
-    out_ctis = cache.keep(
-        rising_rows(ctis.selectExpr(POS, f"{spec.pulled_sql(CTI)} AS {CTI}"), state.emitted)
-    )
+    out_ctis = ctis.selectExpr(POS, f"{spec.pulled_sql(CTI)} AS {CTI}")
+    if not spec.egress_only or keyed is not None:
+        out_ctis = cache.keep(rising_rows(out_ctis, state.emitted))
     held = None
     if c_last != MAX_TIME and (flow.edges or flow.unbounded or not merging):
         # kept as partial aggregates, only the events that end at +inf (START edges still
@@ -895,7 +898,7 @@ def _result_rows(
     names = [*spec.keys, *(name for name, _ in spec.aggregates)]
     if spec.per_window is not None:
         names = spec.per_window.names(payload, spec.keys)
-    placed = spec.placed or keyed is not None
+    placed = not spec.egress_only or keyed is not None
     return place_results(grouped, done_at, start, end, names, ctis if placed else None, keyed, key)
 
 

@@ -109,23 +109,24 @@ def test_a_window_that_alone_reads_a_point_input_is_pushed_into_its_scan(app):
     assert traced_scan.pushed is None
 
 
-def test_only_a_window_that_an_operator_reads_places_its_results_at_their_ctis(app):
+def test_only_the_root_window_hands_egress_its_output_as_egress_reads_it(app):
     # Egress releases an interval or a point at the first CTI above its start, by the CTIs'
-    # values: the root window's results need no position. A window that another operator reads
-    # places them (what an event meets depends on its place among the CTIs), and so does the
-    # root window of a traced run (the trace shows each operator's output as it is).
+    # values, and emits a CTI only when it rises: the root window's results need no position
+    # and its CTIs no filter. A window that another operator reads places them and filters its
+    # CTIs (what an event meets depends on its place among the CTIs), and so does the root
+    # window of a traced run (the trace shows each operator's output as it is).
     inner = _input("a", EventShape.POINT).tumbling_window(TICK * 10).group_by("k")
     inner = inner.aggregate(n=F.count("*"))
     outer = inner.tumbling_window(TICK * 20).group_by("k").aggregate(m=F.sum("n"))
     plan, traced = _plans(app, outer)
     first, second = plan.steps
     assert isinstance(first, physical.WindowStep) and isinstance(second, physical.WindowStep)
-    assert first.spec.placed and not second.spec.placed
-    assert all(step.spec.placed for step in traced.steps)
+    assert not first.spec.egress_only and second.spec.egress_only
+    assert not any(step.spec.egress_only for step in traced.steps)
     # B2's window, whose partial aggregates the join computes, shares the join's spec
     lookup, _ = _lookup(app)
     join, window = lookup.steps
-    assert join.window is window.spec and not window.spec.placed
+    assert join.window is window.spec and window.spec.egress_only
 
 
 def test_keyed_ctis_do_not_enter_a_join_from_a_side_with_a_join_below_it(app):
