@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -300,6 +300,10 @@ if TYPE_CHECKING:
 __all__ = ["Stream", "WindowedStream"]
 
 
+#: what a window offers and a stream does not (Stream.__getattr__ names the call to make first)
+_WINDOWED = frozenset({"aggregate", "top_k", "apply"})
+
+
 class Stream:
     """A temporal stream: a bound input, or operators over other streams.
 
@@ -326,6 +330,18 @@ class Stream:
     @property
     def node(self) -> Node:
         return self._node
+
+    def __getattr__(self, name: str) -> Any:
+        """A window's operation (``aggregate``, ``top_k``, ``apply``) asked of a stream: say
+        which call comes first."""
+        if name in _WINDOWED:
+            raise AttributeError(
+                f"'Stream' object has no attribute {name!r}: {name}() is an operation of a "
+                "window. Fix: call a window first, e.g. stream.tumbling_window('1 minute')"
+                f".{name}(...), or hopping_window / snapshot_window / count_window / "
+                "session_window (then group_by(...) for one result per group)"
+            )
+        raise AttributeError(f"'Stream' object has no attribute {name!r}")
 
     def __repr__(self) -> str:
         inputs = ", ".join(repr(n.name) for n in walk(self._node) if isinstance(n, InputNode))
@@ -715,7 +731,8 @@ class Stream:
 
         A substream key (§7) among ``keys`` is kept (each group is on one key's timeline);
         otherwise it follows ``fn``'s operators as everywhere."""
-        names = (keys,) if isinstance(keys, str) else tuple(keys) if keys is not None else ()
+        iterable = isinstance(keys, Iterable) and not isinstance(keys, str)
+        names = tuple(keys) if iterable else (keys,)
         if (
             not names
             or not all(isinstance(k, str) and k for k in names)
@@ -932,7 +949,7 @@ class WindowedStream:
         got columns, the window and the group; fix ``fn`` and start the query again on its
         checkpoint: nothing already accepted is lost."""
         name = getattr(fn, "__name__", type(fn).__name__)
-        shown = schema if isinstance(schema, str) else getattr(schema, "simpleString", str)()
+        shown = schema.simpleString() if isinstance(schema, StructType) else schema
         call = self._grouped_call(f"apply({name}, {shown!r})")
         if not callable(fn):
             raise TypeError(

@@ -174,7 +174,12 @@ def _import_order(query: str, inputs: list[BoundInput]) -> list[BoundInput]:
                 "that stream in the query (e.g. join or union it), or import from one of these"
             )
         if imp.stream_name == b.spec.name:
-            raise QueryBuildError(f"input {b.spec.name!r} imports CTIs from itself")
+            raise QueryBuildError(
+                f"input {b.spec.name!r} imports CTIs from itself; expected another input of "
+                f"query {query!r}, whose CTIs it follows (its inputs are {sorted(by_name)}). Fix: "
+                "import from the fast stream it is looked up against, or give it CTIs of its "
+                "own (AdvanceTimeSettings(generation=AdvanceTimeGenerationSettings(...)))"
+            )
         source[b.spec.name] = imp.stream_name
     order: list[BoundInput] = []
     done: set[str] = set()

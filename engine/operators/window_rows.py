@@ -35,7 +35,14 @@ from ctistream.engine.rows import END, POS, START
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME, iso_time
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, StructField, StructType
+from pyspark.sql.types import (
+    BooleanType,
+    IntegerType,
+    NumericType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 __all__ = [
     "RANK",
@@ -266,29 +273,93 @@ class _Run:
         events = pdf[list(self.payload)].copy()
         events["start"] = as_times(pdf[START])
         events["end"] = as_times(pdf[END])
-        got = self.fn(events)
         expected = self.schema.fieldNames()
         first = pdf.iloc[0]
+        try:
+            got = self.fn(events)
+        except Exception as e:
+            raise ValueError(
+                f"{self.call}: the function raised {type(e).__name__}: {e} for "
+                f"{self._where(first)}; expected a pandas DataFrame with the columns of the "
+                f"schema, {expected}. Fix: make the function handle these events, then run the "
+                "query again on its checkpoint: nothing it accepted is lost. Where it "
+                f"raised:\n{_user_frames(e)}"
+            ) from None
         if not isinstance(got, pd.DataFrame) or sorted(map(str, got.columns)) != sorted(expected):
             shown = (
                 f"columns {[str(c) for c in got.columns]}"
                 if isinstance(got, pd.DataFrame)
                 else f"a {type(got).__name__}"
             )
-            group = {k: _plain(first[k]) for k in self.keys}
-            where = f"[{iso_time(int(first['__wstart']))}, {iso_time(int(first['__wend']))})"
-            grouped = f", group {group}" if self.keys else ""
             raise ValueError(
-                f"{self.call}: the function returned {shown} for the window {where}{grouped}; "
+                f"{self.call}: the function returned {shown} for {self._where(first)}; "
                 f"expected a pandas DataFrame with the columns of the schema, {expected}. Fix: "
                 "make the function return exactly those columns (e.g. "
                 f"return result[{expected}]), or change schema= to what it returns; then run "
                 "the query again on its checkpoint: nothing it accepted is lost"
             )
         result = got[expected].reset_index(drop=True)
+        self._check_types(result, first)
         for c in reversed([*self.window, *self.keys]):
             result.insert(0, c, [first[c]] * len(result))
         return result
+
+    def _where(self, first: Any) -> str:
+        """The window (and group) of the members whose first row is ``first``."""
+        where = f"the window [{iso_time(int(first['__wstart']))}, {iso_time(int(first['__wend']))})"
+        if self.keys:
+            where += f", group { ({k: _plain(first[k]) for k in self.keys}) }"
+        return where
+
+    def _check_types(self, result: Any, first: Any) -> None:
+        """Each number, string or boolean column of ``result`` converts to its schema type as
+        Spark converts it (unsafely: a float to an integer is truncated, as Spark's default
+        does); raise naming the column, the value and the fix where one does not. Other types
+        are left to Spark."""
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        for field in self.schema.fields:
+            if not isinstance(field.dataType, _CHECKED):
+                continue
+            column = result[field.name]
+            try:
+                pa.Array.from_pandas(column, type=to_arrow_type(field.dataType), safe=False)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+                bad = next((v for v in column if not _converts(v, field.dataType)), None)
+                raise ValueError(
+                    f"{self.call}: the function returned {bad!r} (a {type(bad).__name__}) in "
+                    f"column {field.name!r} for {self._where(first)}; expected values of the "
+                    f"schema's type {field.dataType.simpleString()} ({e}). Fix: convert the "
+                    "column in the function (e.g. result[...].astype(...)), or declare the "
+                    "type it holds in schema=; then run the query again on its checkpoint: "
+                    "nothing it accepted is lost"
+                ) from None
+
+
+#: the schema types whose values ``apply``'s result is checked for (:meth:`_Run._check_types`)
+_CHECKED = (NumericType, StringType, BooleanType)
+
+
+def _converts(value: Any, data_type: Any) -> bool:
+    """Whether one value converts to ``data_type`` (for the error's example value)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    try:
+        pa.array([value], type=to_arrow_type(data_type), from_pandas=True, safe=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _user_frames(error: BaseException) -> str:
+    """The traceback of ``error`` from the user's function on (the engine's frame left out)."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)[1:]
+    lines = traceback.format_list(frames) + traceback.format_exception_only(error)
+    return "".join(lines).rstrip()
 
 
 def _plain(value: Any) -> Any:

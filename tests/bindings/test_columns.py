@@ -418,3 +418,35 @@ def test_a_cancelled_task_leaves_no_broken_pipe_traceback_on_stderr(tmp_path):
     # the executor's own log of the real error is still there; no traceback of the cancel
     assert "boom in the user's UDF" in done.stderr
     assert "BrokenPipeError" not in done.stderr and "Broken pipe" not in done.stderr
+
+
+def test_calls_of_the_wrong_kind_say_what_was_expected_and_the_fix(app):
+    # A window's operation asked of a stream names the window call to make first (it was a
+    # bare AttributeError); apply's schema of another type shows what it got (it showed '');
+    # group_apply's keys of another type say what they should be (a bare "'int' object is
+    # not iterable"); an input importing its own CTIs says what to import from instead.
+    from ctistream.engine import AdvanceTimeImportSettings, AdvanceTimeSettings
+
+    s = _input()
+    for name in ("top_k", "apply", "aggregate"):
+        with pytest.raises(AttributeError) as got:
+            getattr(s, name)
+        assert f"{name}() is an operation of a window" in str(got.value)
+        assert f"Fix: call a window first, e.g. stream.tumbling_window('1 minute').{name}(" in (
+            str(got.value)
+        )
+    with pytest.raises(AttributeError, match=r"^'Stream' object has no attribute 'nope'$"):
+        s.nope  # noqa: B018 - the attribute access is the call under test
+    with pytest.raises(TypeError, match=r"apply\(<lambda>, 5\): schema must be Spark DDL"):
+        s.tumbling_window(US10).apply(lambda e: e, 5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"takes the group key column name\(s\).*got keys=3"):
+        s.group_apply(3, lambda g: g)  # type: ignore[arg-type]
+    script = EventScript().insert("b", point(1, {"id": 1, "v": 1.0}))
+    config = MemoryInputConfig(script=script, stream="b")
+    itself = AdvanceTimeSettings(import_settings=AdvanceTimeImportSettings("b"))
+    b = Stream.create("b", MemoryInputFactory(), config, EventShape.POINT, itself)
+    with pytest.raises(QueryBuildError) as got:
+        _query(app, b)
+    message = str(got.value)
+    assert "input 'b' imports CTIs from itself; expected another input of query" in message
+    assert "Fix: import from the fast stream it is looked up against" in message

@@ -287,15 +287,22 @@ def test_explain_shows_the_operator_and_its_cti_rule(app):
 # -- an apply whose function returns other columns: the run fails, the fix runs on ------------
 
 
-def _per_key(broken: bool):
+def _per_key(broken: bool | str):
+    """The summary per window and key; for key b ``broken`` names its total "sum" (True),
+    raises ("raises") or counts in a string ("type")."""
+
     def summary(events: pd.DataFrame) -> pd.DataFrame:
-        total = "sum" if broken and (events["k"] == "b").any() else "total"
-        return pd.DataFrame({"n": [len(events)], total: [float(events["v"].sum())]})
+        b = (events["k"] == "b").any()
+        if b and broken == "raises":
+            raise ValueError("bad reading")
+        total = "sum" if b and broken is True else "total"
+        n = "one" if b and broken == "type" else len(events)
+        return pd.DataFrame({"n": [n], total: [float(events["v"].sum())]})
 
     return summary
 
 
-def _file_apply(app, source, out, broken: bool):
+def _file_apply(app, source, out, broken: bool | str):
     stream = Stream.create(
         "readings",
         FileInputFactory(),
@@ -313,6 +320,39 @@ def _file_apply(app, source, out, broken: bool):
         FileOutputConfig(path=str(out)),
         EventShape.POINT,
     )
+
+
+@pytest.mark.parametrize("broken", ["raises", "type"])
+def test_an_apply_that_raises_or_returns_another_type_fails_naming_the_window_and_group(
+    app, tmp_path, broken
+):
+    # The timeline of the test below; the function raises for group b, or counts it in a
+    # string where the schema says bigint. The run fails naming the call, the window
+    # [0, 10 s) and the group, and the fix; a raise shows where in the function it raised
+    # (its own frames, not the engine's or Spark's); a value of another type shows the value
+    # and the column, not PySpark's conversion traceback.
+    rows = [
+        {"ts": iso(1), "k": "a", "v": 1},
+        {"ts": iso(2), "k": "b", "v": 5},
+        {"ts": iso(11), "c": True},
+    ]
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_jsonl(source, rows)
+    query = _file_apply(app, source, out, broken=broken)
+    with pytest.raises(QueryRunError) as error:
+        query.run()
+    message = str(error.value)
+    assert "apply(summary, 'n bigint, total double')" in message, message
+    assert f"for the window [{iso(0)}, {iso(10)}), group {{'k': 'b'}}" in message, message
+    assert "then run the query again on its checkpoint" in message
+    if broken == "raises":
+        assert "the function raised ValueError: bad reading" in message
+        assert "test_window_rows.py" in message and "in summary" in message  # where it raised
+        assert "operators/window_rows.py" not in message and "pyspark" not in message, message
+    else:
+        assert "the function returned 'one' (a str) in column 'n'" in message, message
+        assert "expected values of the schema's type bigint" in message
+        assert "Traceback" not in message and "convertToArrowArraySafely" not in message
 
 
 def test_an_apply_returning_other_columns_fails_naming_them_and_runs_again_once_fixed(
