@@ -66,6 +66,9 @@ _UNLOCKED = (
     "second run from starting on it while this one runs: both would deliver every item. Fix: "
     "put the checkpoint on a local file system, or make sure one run at a time uses it"
 )
+#: the file that records the epoch of the newest state snapshot written (:meth:`save_state`)
+_NEWEST = "newest-state"
+
 _FIX_NEW = (
     "or start the query with a new checkpoint directory (it reads its inputs from their start; "
     "its outputs then need to start empty too)"
@@ -299,16 +302,26 @@ class CheckpointDir:
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         _fsync_dir(final.parent)
+        # outside state/: a restart that finds no snapshot this new knows one was lost
+        write_checked(self.path / _NEWEST, json.dumps({"epoch": epoch}))
         for old in self._snapshots()[:-_KEEP]:
             shutil.rmtree(self.path / "state" / str(old), ignore_errors=True)
 
     def states(self, spark: SparkSession) -> Iterator[tuple[int, dict[str, Any]]]:
         """The intact snapshots, newest first, as (epoch, state), each loaded when asked for. A
-        damaged or incomplete one is passed over with a warning naming the damaged file; when
-        every snapshot is damaged, raises :class:`CheckpointDamageError`."""
+        damaged or incomplete one is passed over with a warning naming the damaged file, and so
+        is the newest one written when it was deleted since (its record, :data:`_NEWEST`); when
+        no snapshot is intact but one was written, raises :class:`CheckpointDamageError` (a
+        query is not replayed from epoch 0 then: its sources may no longer hold that epoch)."""
         snaps = self._snapshots()
         damaged: list[str] = []
         passed: list[tuple[int, str]] = []  # damaged newer snapshots, said once one is intact
+        lost = self._lost_snapshot(snaps)
+        if lost is not None:
+            problem = f"{str(self.path / 'state' / str(lost))!r} is missing"
+            damaged.append(problem)
+            passed.append((lost, problem))
+        yielded = False
         for n, epoch in enumerate(reversed(snaps)):
             base = self.path / "state" / str(epoch)
             try:
@@ -323,7 +336,7 @@ class CheckpointDir:
                 damaged.append(problem)
                 if n + 1 < len(snaps):
                     passed.append((epoch, problem))
-                elif len(damaged) < len(snaps):  # a newer one was passed over: say why not this
+                elif yielded:  # a newer one was passed over: say why not this
                     warn_damage(
                         f"checkpoint {str(self.path)!r}: the state snapshot of epoch {epoch}, "
                         f"the oldest kept, is damaged ({problem}); it cannot be restored"
@@ -336,8 +349,9 @@ class CheckpointDir:
                     f"and replaying the epochs after it from the offset log"
                 )
             passed.clear()
+            yielded = True
             yield epoch, self._load(spark, epoch, base, json.loads(text))
-        if damaged and len(damaged) == len(snaps):
+        if damaged and not yielded:
             raise CheckpointDamageError(
                 f"checkpoint {str(self.path)!r}: no state snapshot is intact: "
                 f"{'; '.join(damaged)}. Expected a snapshot whose files match its manifest. "
@@ -378,6 +392,23 @@ class CheckpointDir:
             return kind(**{k: load(v) for k, v in fields.items()})
 
         return load(tree)
+
+    def _lost_snapshot(self, snaps: list[int]) -> int | None:
+        """The epoch of the newest snapshot written (its record, :data:`_NEWEST`) when none that
+        new is in ``snaps``: deleted since. None when it is there, or nothing records one (a
+        damaged record is passed over with a warning: the snapshots still verify)."""
+        try:
+            epoch = int(json.loads(read_checked(self.path / _NEWEST))["epoch"])
+        except FileNotFoundError:
+            return None
+        except (DamagedFile, ValueError, KeyError, TypeError) as e:
+            problem = e.problem if isinstance(e, DamagedFile) else "does not hold an epoch"
+            warn_damage(
+                f"checkpoint {str(self.path)!r}: the record of its newest state snapshot "
+                f"{str(self.path / _NEWEST)!r} {problem}; it is ignored"
+            )
+            return None
+        return None if any(e >= epoch for e in snaps) else epoch
 
     def _snapshots(self) -> list[int]:
         """The epochs of the snapshots written to the end (renamed into place), oldest first."""

@@ -226,3 +226,31 @@ def test_with_every_snapshot_damaged_the_start_is_refused_without_promising_a_re
     said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert not any("instead" in s for s in said), said
     assert (run / "out.jsonl").read_bytes() == before
+
+
+def test_a_deleted_snapshot_is_told_from_one_never_written(app, crashed, tmp_path):
+    # The checkpoint records the epoch of the newest snapshot it wrote (5) outside state/.
+    # With state/5 deleted, snapshot 2 is restored and epochs 3..7 replayed, with a warning
+    # naming the missing snapshot; the output is the undamaged run's. With every snapshot
+    # deleted, the start is refused (it used to replay from epoch 0 without a word, whatever
+    # its sources still held), naming what is missing and the fix; nothing is delivered.
+    b, topic, copy, expected = crashed
+    run = tmp_path / "run"
+    shutil.copytree(copy, run)
+    shutil.rmtree(run / "ck" / "state" / "5")
+    said, got = _restart(app, b, topic, run)
+    missing = str(run / "ck" / "state" / "5")
+    assert any(missing in s and "epoch 2 instead" in s for s in said), said
+    assert got == expected
+
+    run = tmp_path / "run2"
+    shutil.copytree(copy, run)
+    for snapshot in ("5", "2"):
+        shutil.rmtree(run / "ck" / "state" / snapshot)
+    before = (run / "out.jsonl").read_bytes()
+    with pytest.raises(CheckpointDamageError) as error:
+        _start(_query(app, b, topic, run / "out.jsonl"), run / "ck")
+    message = str(error.value)
+    assert "no state snapshot is intact" in message and "Fix: " in message
+    assert f"{str(run / 'ck' / 'state' / '5')!r} is missing" in message, message
+    assert (run / "out.jsonl").read_bytes() == before
