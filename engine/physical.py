@@ -17,7 +17,8 @@ The fusions, each decided by one function below whose docstring says why it is s
   deferred to one interval (:func:`_points`, :attr:`JoinStep.points`);
 * which sides' keyed CTIs enter a join (:func:`_keyed_sides`, :attr:`JoinStep.keyed_sides`);
 * the query's root window's results and CTIs handed to egress as egress reads them
-  (:func:`_egress_reads`, :attr:`engine.operators.window.WindowSpec.egress_only`);
+  (:func:`_egress_reads`, :attr:`engine.operators.window.WindowSpec.egress_only`,
+  :attr:`CountWindowStep.egress_only`, :attr:`SessionWindowStep.egress_only`);
 * which operators' outputs are checkpointed (:func:`_checkpointed`, :attr:`Step.checkpoint`)
   and whether the next epoch's ingress runs ahead (:attr:`PhysicalPlan.ingress_ahead`).
 
@@ -165,13 +166,19 @@ class SnapshotStep(Step):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class CountWindowStep(Step):
+    """``egress_only``: egress alone reads the output (:func:`_egress_reads`)."""
+
     node: CountWindowNode
+    egress_only: bool = False
     stateful: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class SessionWindowStep(Step):
+    """``egress_only``: egress alone reads the output (:func:`_egress_reads`)."""
+
     node: SessionWindowNode
+    egress_only: bool = False
     stateful: ClassVar[bool] = True
 
 
@@ -327,6 +334,10 @@ def plan(spark: SparkSession, root: Node, binding: Binding, traced: bool = False
                 keyed_sides=(False, False),
             )
             steps.append(LeftOuterJoinStep(node=node, pairs=pairs, checkpoint=checkpoint))
+        elif isinstance(node, CountWindowNode | SessionWindowNode):
+            egress_only = _egress_reads(node, root, traced)
+            step_type = _STEPS[type(node)]
+            steps.append(step_type(node=node, checkpoint=checkpoint, egress_only=egress_only))
         else:
             steps.append(_STEPS[type(node)](node=node, checkpoint=checkpoint))
     return PhysicalPlan(scans, tuple(steps), ingress_ahead=not traced)

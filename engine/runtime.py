@@ -839,25 +839,12 @@ def _run_snapshot(step: SnapshotStep, inputs: list[Flow], st: Any, cache: EpochC
 
 
 def _run_count(step: CountWindowStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
-    node = step.node
-    flow = inputs[0].merged()  # global CTIs only (engine.operators.count_session)
-    return count_aggregate(
-        flow, node.n, node.keys, node.aggregates, st or CountState(), cache, node.call
-    )
+    # global CTIs only (engine.operators.count_session)
+    return count_aggregate(inputs[0].merged(), step, st or CountState(), cache)
 
 
 def _run_session(step: SessionWindowStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:
-    node = step.node
-    return session_aggregate(
-        inputs[0].merged(),
-        node.timeout,
-        node.max_duration,
-        node.keys,
-        node.aggregates,
-        st or SessionState(),
-        cache,
-        node.call,
-    )
+    return session_aggregate(inputs[0].merged(), step, st or SessionState(), cache)
 
 
 def _run_join(step: JoinStep, inputs: list[Flow], st: Any, cache: EpochCache) -> tuple:

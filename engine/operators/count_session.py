@@ -30,7 +30,7 @@ Both use global CTIs only: keyed CTIs are merged (dropped) as for snapshot windo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctistream.engine._spark import utc_labelled
 from ctistream.engine.ctis import rising_rows
@@ -57,9 +57,12 @@ from ctistream.engine.rows import (
     sql_names,
 )
 from ctistream.engine.temporal import MAX_TIME, MIN_TIME
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
+
+if TYPE_CHECKING:
+    from ctistream.engine.physical import CountWindowStep, SessionWindowStep
 
 __all__ = [
     "CountState",
@@ -112,14 +115,13 @@ def _events(flow: Flow, held: DataFrame | None, cache: EpochCache) -> tuple[Data
 
 
 def count_aggregate(
-    flow: Flow,
-    n: int,
-    keys: tuple[str, ...],
-    aggregates: tuple[tuple[str, Column], ...],
-    state: CountState,
-    cache: EpochCache,
-    call: str = "count_window()",
+    flow: Flow, step: CountWindowStep, state: CountState, cache: EpochCache
 ) -> tuple[Flow, CountState]:
+    """Count windows (semantics §5) as physical node ``step`` says: its node's ``n``, keys and
+    aggregates; ``egress_only``: egress alone reads the output, so the results are not placed
+    at their CTIs nor the CTIs filtered to those that rise (engine.physical._egress_reads)."""
+    node = step.node
+    n, keys, aggregates, call = node.n, node.keys, node.aggregates, node.call
     events, payload = _events(flow, state.held, cache)
     c_last = flow.last_cti()
 
@@ -165,8 +167,9 @@ def count_aggregate(
     ctis = cache.keep(flow.ctis)
     names = [*keys, *(name for name, _ in aggregates)]
     # complete once the CTI passes d: at the first CTI >= d + 1; a point at d
-    results = place_results(grouped, "__d + 1", "__d", "__d + 1", names, ctis)
-    out_ctis = rising_rows(ctis, state.emitted)
+    placed = None if step.egress_only else ctis
+    results = place_results(grouped, "__d + 1", "__d", "__d + 1", names, placed)
+    out_ctis = ctis if step.egress_only else rising_rows(ctis, state.emitted)
 
     held = None
     if c_last != MAX_TIME:  # at +inf no window can complete any more
@@ -256,15 +259,13 @@ def _sessionized(rows: DataFrame, keys: tuple[str, ...], max_duration: int | Non
 
 
 def session_aggregate(
-    flow: Flow,
-    timeout: int,
-    max_duration: int | None,
-    keys: tuple[str, ...],
-    aggregates: tuple[tuple[str, Column], ...],
-    state: SessionState,
-    cache: EpochCache,
-    call: str = "session_window()",
+    flow: Flow, step: SessionWindowStep, state: SessionState, cache: EpochCache
 ) -> tuple[Flow, SessionState]:
+    """Session windows (semantics §5) as physical node ``step`` says: its node's timeout,
+    maximum duration, keys and aggregates; ``egress_only`` as for :func:`count_aggregate`."""
+    node = step.node
+    timeout, max_duration, keys = node.timeout, node.max_duration, node.keys
+    aggregates, call = node.aggregates, node.call
     events, payload = _events(flow, state.held, cache)
     c_last = flow.last_cti()
     exact = exact_aggregates(aggregates, events, call)
@@ -348,7 +349,7 @@ def session_aggregate(
             .agg(*[c.alias(name) for name, c in repeatable(aggregates, exact)])
         )
     ctis = cache.keep(flow.ctis)
-    results = place_results(grouped, _SE, _SF, _SE, names, ctis)
+    results = place_results(grouped, _SE, _SF, _SE, names, None if step.egress_only else ctis)
 
     # Output CTIs: min(c, start of the earliest session still open at c).
     firsts = assigned.filter(f"{START} = {_SF}").select(_SF, _SE)  # a row or more a session
@@ -360,7 +361,7 @@ def session_aggregate(
         .select(POS, F.least(F.col(CTI), F.coalesce("__m", F.col(CTI))).alias(CTI))
     )
     moved = cache.keep(open_at)
-    out_ctis = rising_rows(moved, state.emitted)
+    out_ctis = moved if step.egress_only else rising_rows(moved, state.emitted)
     top = moved.agg(F.max(CTI)).first()[0]
     emitted = state.emitted if top is None else max(state.emitted, top)
 

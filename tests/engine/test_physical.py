@@ -127,6 +127,15 @@ def test_only_the_root_window_hands_egress_its_output_as_egress_reads_it(app):
     lookup, _ = _lookup(app)
     join, window = lookup.steps
     assert join.window is window.spec and window.spec.egress_only
+    # count and session windows alike
+    a = _input("a", EventShape.POINT)
+    sessions = a.session_window(TICK * 10).group_by("k").aggregate(n=F.count("*"))
+    counted = sessions.count_window(2).aggregate(m=F.sum("n"))
+    plan, traced = _plans(app, counted)
+    session, count = plan.steps
+    assert isinstance(session, physical.SessionWindowStep) and not session.egress_only
+    assert isinstance(count, physical.CountWindowStep) and count.egress_only
+    assert not any(step.egress_only for step in traced.steps)
 
 
 def test_keyed_ctis_do_not_enter_a_join_from_a_side_with_a_join_below_it(app):
