@@ -308,7 +308,8 @@ class _Run:
         """The window (and group) of the members whose first row is ``first``."""
         where = f"the window [{iso_time(int(first['__wstart']))}, {iso_time(int(first['__wend']))})"
         if self.keys:
-            where += f", group { ({k: _plain(first[k]) for k in self.keys}) }"
+            group = {k: _plain(first[k]) for k in self.keys}
+            where += f", group {group}"
         return where
 
     def _check_types(self, result: Any, first: Any) -> None:
