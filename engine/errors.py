@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
+import os
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 __all__ = [
     "CheckpointDamageError",
@@ -18,6 +20,7 @@ __all__ = [
     "QueryBuildError",
     "QueryRunError",
     "QueryStoppedError",
+    "engine_failure",
     "spark_message",
     "task_error",
     "unknown_column",
@@ -146,6 +149,19 @@ def task_error(error: BaseException) -> tuple[str, str] | None:
     an error is a subclass of :class:`EngineError`, or one whose message gives its fix
     ("Fix:", as every error of the engine's does). None when ``error`` is no such error (a
     user's function failed, or Spark itself did)."""
+    found = _worker_error(error)
+    if found is None:
+        return None
+    name, text = found
+    cls = _error_class(name)
+    if cls is None and "Fix:" not in text:
+        return None
+    return (name.rpartition(".")[2] if cls is None else cls.__name__), text
+
+
+def _worker_error(error: BaseException) -> tuple[str, str] | None:
+    """The exception a Python worker raised, as Spark reports it in ``error``: its class (as
+    the traceback names it) and its message; None when ``error`` holds no worker traceback."""
     text = _spark_text(error)
     at = text.rfind(_TRACEBACK)
     if at < 0:
@@ -161,11 +177,59 @@ def task_error(error: BaseException) -> tuple[str, str] | None:
         if _AFTER_RAISED.match(line):
             break
         message.append(line)
-    text = "\n".join(message).strip()
-    cls = _error_class(raised.group(1))
-    if cls is None and "Fix:" not in text:
+    return raised.group(1), "\n".join(message).strip()
+
+
+def engine_failure(error: BaseException) -> str | None:
+    """The Python error a Spark task raised (``error``: Spark's exception) when it came from
+    the engine's own code, as ``"<Class>: <message> (at <module file>:<line>)"``: the innermost
+    frame of the worker's traceback that is not a library's (PySpark, pyarrow, pandas, numpy,
+    Python's own) is in the engine's package, not in a user's function. None when no frame
+    tells (a library failed on what a frame gave it earlier, a user's function's result as
+    well as the engine's), or a user's frame is innermost."""
+    found = _worker_error(error)
+    if found is None:
         return None
-    return (raised.group(1).rpartition(".")[2] if cls is None else cls.__name__), text
+    text = _spark_text(error)
+    for path, line in reversed(_FRAME.findall(text[text.rfind(_TRACEBACK) :])):
+        if _library(path):
+            continue
+        own = next((f for f in _own_files() if path.endswith(os.sep + f)), None)
+        if own is None:
+            return None
+        name, message = found
+        return f"{name.rpartition('.')[2]}: {message} (at {own}:{line})"
+    return None
+
+
+#: a frame of a Python traceback: its file
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)', re.MULTILINE)
+#: what marks a library's file in a worker's traceback
+_LIBRARIES = (
+    "pyspark.zip",
+    *(f"{os.sep}{name}{os.sep}" for name in ("pyspark", "pyarrow", "pandas", "numpy", "py4j")),
+)
+_STDLIB = os.path.dirname(os.__file__)
+
+
+def _library(path: str) -> bool:
+    """Whether a traceback's file is a library's or Python's own (not the engine's or a
+    user's, even when they are installed below Python's own directory)."""
+    if any(lib in path for lib in _LIBRARIES):
+        return True
+    installed = f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path
+    return path.startswith(_STDLIB) and not installed
+
+
+def _own_files() -> list[str]:
+    """The engine's modules as paths below its package's root (``engine/packed.py``, ...): a
+    worker may run them from another place than the driver."""
+    root = Path(__file__).resolve().parent.parent
+    return [
+        str(p.relative_to(root))
+        for top in ("engine", "adapters", "bindings")
+        for p in (root / top).rglob("*.py")
+    ]
 
 
 def _error_class(name: str) -> type | None:

@@ -34,6 +34,7 @@ from ctistream.engine.errors import (
     EngineError,
     HeldEventsWarning,
     QueryRunError,
+    engine_failure,
     spark_message,
     task_error,
 )
@@ -470,6 +471,17 @@ class Runtime:
             name, message = own
             return QueryRunError(
                 f"query {self.name!r}, {when}: a Spark task raised {name}: {message}", error
+            )
+        failure = engine_failure(error)
+        if failure is not None:
+            return QueryRunError(
+                f"query {self.name!r}, {when}: ctistream failed in its own code in a Spark "
+                f"task: {failure}. Expected this query to run: the failure is a "
+                "defect of ctistream, not of the query or its input. Fix: report it with this "
+                "message (this error's spark_error holds the worker's traceback); with a "
+                "checkpoint, the query starts again on it once fixed, losing nothing it "
+                "accepted",
+                error,
             )
         node = self._building
         if isinstance(error, AnalysisException) and node is not None and node.call:

@@ -22,7 +22,7 @@ from ctistream.adapters.memory import (
 )
 from ctistream.bindings import QueryBinder, QueryTemplate, Stream
 from ctistream.engine import EventOrderingSettings, EventShape, QueryBuildError, point
-from ctistream.engine.errors import QueryRunError, spark_message, task_error
+from ctistream.engine.errors import QueryRunError, engine_failure, spark_message, task_error
 from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 
@@ -362,6 +362,28 @@ def test_task_error_is_the_engines_own_error_without_the_worker_traceback():
     assert task_error(_worker_failure("ctistream.engine.errors.Nope: x")) is None
     assert task_error(_worker_failure("mymodule.MyError: x")) is None
     assert task_error(Exception("[DIVIDE_BY_ZERO] Division by zero. SQLSTATE: 22012")) is None
+
+
+def test_a_task_error_from_the_engines_own_code_is_said_to_be_its_defect():
+    # The innermost frame that is not a library's (PySpark, pyarrow, pandas, numpy, Python's
+    # own) tells whose code failed: the engine's (installed anywhere: the worker may run it
+    # from another place than the driver), a user's, or none (a library failed on a result
+    # handed to it).
+    def failure(*frames: str, raised: str = "KeyError: 'x'") -> Exception:
+        shown = "".join(f'  File "{f}", line 7, in g\n    x = y\n' for f in frames)
+        return Exception(
+            "[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback "
+            f"(most recent call last):\n{shown}{raised}\n SQLSTATE: 38000"
+        )
+
+    worker = "/opt/spark/python/lib/pyspark.zip/pyspark/worker.py"
+    arrow = "/venv/lib/python3.11/site-packages/pyarrow/ipc.py"
+    own = "/elsewhere/site-packages/ctistream/engine/packed.py"
+    assert engine_failure(failure(worker, own)) == "KeyError: 'x' (at engine/packed.py:7)"
+    assert engine_failure(failure(worker, own, arrow)) == "KeyError: 'x' (at engine/packed.py:7)"
+    assert engine_failure(failure(worker, own, "/home/me/job.py")) is None  # the user's code
+    assert engine_failure(failure(worker, arrow)) is None  # nobody's frame: not told
+    assert engine_failure(Exception("[DIVIDE_BY_ZERO] Division by zero.")) is None
 
 
 #: A query whose job has two tasks at once (local[2], two partitions): the task with v == 1.0
