@@ -77,6 +77,14 @@ SEARCHES = ["on the driver", "by a sort"]
 #: the hand-written timelines' settings: a CTI generated every 10**6 events, i.e. only the
 #: script's explicit CTIs
 EXPLICIT = AdvanceTimeSettings(AdvanceTimeGenerationSettings(10**6, TICK * 0, True))
+#: a CTI after every event (delay 0), flushed at the end, DROP: the lookup cases' data side
+EVERY_EVENT = AdvanceTimeSettings(
+    AdvanceTimeGenerationSettings(1, TICK * 0, True), policy=AdvanceTimePolicy.DROP
+)
+#: the lookup cases' reference side: a's CTIs imported, ADJUST
+IMPORTS_A = AdvanceTimeSettings(
+    import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.ADJUST
+)
 SHAPES = st.sampled_from([EventShape.POINT, EventShape.INTERVAL, EventShape.EDGE])
 INTERVAL = EventShape.INTERVAL
 
@@ -436,14 +444,8 @@ def test_a_late_reference_update_ends_the_old_value_at_the_cti_in_a_lookup_join(
     script.insert("b", edge_start(2, {"k": 1, "v": 60}))
     for t in (5, 6):
         script.insert("a", point(t, {"k": 1, "v": t}))
-    every = AdvanceTimeSettings(
-        AdvanceTimeGenerationSettings(1, TICK * 0, True), policy=AdvanceTimePolicy.DROP
-    )
-    imports = AdvanceTimeSettings(
-        import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.ADJUST
-    )
     shapes = {"a": EventShape.POINT, "b": EventShape.EDGE}
-    case = Case(script, shapes, {"a": every, "b": imports}, 9)
+    case = Case(script, shapes, {"a": EVERY_EVENT, "b": IMPORTS_A}, 9)
     plan = Join(Input("a"), Input("b"), ("k",))
     expected = run_reference(script, _bindings(case), plan, EventShape.POINT)
     joined = [(e.start, e.payload["right_v"]) for e in expected.output if not e.is_cti]
@@ -565,11 +567,8 @@ def _lookup_case(short: bool = False) -> Case:
     by_count = AdvanceTimeSettings(
         AdvanceTimeGenerationSettings(2, TICK, True), policy=AdvanceTimePolicy.DROP
     )
-    imports = AdvanceTimeSettings(
-        import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.ADJUST
-    )
     shapes = {"a": EventShape.POINT, "b": EventShape.EDGE}
-    return Case(script, shapes, {"a": by_count, "b": imports}, 20)
+    return Case(script, shapes, {"a": by_count, "b": IMPORTS_A}, 20)
 
 
 @pytest.mark.parametrize(
@@ -644,13 +643,10 @@ def test_a_lookup_join_over_its_limit_without_edges_still_emits_its_ctis(app, sh
     script.insert("b", first)
     script.insert("b", second)
     script.insert("a", point(2, {"k": 1, "v": 1}))
-    every = AdvanceTimeSettings(
-        AdvanceTimeGenerationSettings(1, TICK * 0, True), policy=AdvanceTimePolicy.DROP
-    )
     imports = AdvanceTimeSettings(
         import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.DROP
     )
-    case = Case(script, {"a": EventShape.POINT, "b": shape}, {"a": every, "b": imports}, 3)
+    case = Case(script, {"a": EventShape.POINT, "b": shape}, {"a": EVERY_EVENT, "b": imports}, 3)
     monkeypatch.setattr(join_operator, "LOOKUP_ROWS", 1)  # b's 2 events are over it
     plan = Join(Input("a"), Input("b"), ("k",))
     pair = {"k": 1, "v": 1, "right_k": 1}
@@ -685,14 +681,8 @@ def test_a_lookup_join_that_changes_its_way_of_pairing_twice_matches_the_referen
     script.insert("a", interval(2, 100, {"k": 1, "v": 37}))
     script.insert("b", edge_start(3, {"k": 3, "v": 35}))
     script.insert("b", edge_start(3, {"k": 4, "v": 45}))
-    every = AdvanceTimeSettings(
-        AdvanceTimeGenerationSettings(1, TICK * 0, True), policy=AdvanceTimePolicy.DROP
-    )
-    imports = AdvanceTimeSettings(
-        import_settings=AdvanceTimeImportSettings("a"), policy=AdvanceTimePolicy.ADJUST
-    )
     shapes = {"a": EventShape.INTERVAL, "b": EventShape.EDGE}
-    case = Case(script, shapes, {"a": every, "b": imports}, 10)
+    case = Case(script, shapes, {"a": EVERY_EVENT, "b": IMPORTS_A}, 10)
     monkeypatch.setattr(join_operator, "LOOKUP_ROWS", 1)
     ways = []
     real = join_operator._lookup_pairs
